@@ -1,0 +1,172 @@
+"""Shared-memory buffers: trajectory slots per policy, per-agent scratch rows, published weights.
+
+All tensors here are allocated once by the coordinator with ``share_memory_()`` before any worker
+starts, and handed to the workers at spawn time. After that only integer indices travel on queues.
+
+Trajectory slot lifecycle (one pool per policy, so routing is per policy from day one)::
+
+    free queue --(rollout worker acquires)--> being filled step by step
+       ^                                           |  policy worker writes actions, log-probs,
+       |                                           |  values and next recurrent state in place
+       +--(learner releases after copying)<-- learner queue (slot index)
+
+A slot holds ``rollout`` transitions plus one extra observation / recurrent state (index
+``rollout``) that the learner uses to bootstrap. When every slot is taken, rollout workers block
+on the free queue: sampling is throttled and memory stays flat.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+
+def torch_dtype(np_dtype) -> torch.dtype:
+    """The torch dtype that stores a numpy dtype without conversion."""
+    return torch.from_numpy(np.zeros(0, dtype=np_dtype)).dtype
+
+
+@dataclass
+class TrajectoryBuffers:
+    """Trajectory slots of one policy. Shapes: N slots, T = rollout."""
+
+    obs: torch.Tensor             # [N, T+1, *obs_shape]
+    rnn_states: torch.Tensor      # [N, T+1, S]  state *before* the step at that index
+    actions: torch.Tensor         # [N, T, k] float32 (integers for discrete actions)
+    log_probs: torch.Tensor       # [N, T]   behaviour policy log pi(a|s)
+    action_params: torch.Tensor   # [N, T, P] behaviour distribution params (for the KL term)
+    values: torch.Tensor          # [N, T]   behaviour value estimates, denormalized
+    rewards: torch.Tensor         # [N, T]   raw env rewards
+    terminated: torch.Tensor      # [N, T]   bool, episode ended, no bootstrap
+    truncated: torch.Tensor       # [N, T]   bool, episode cut by a time limit, bootstrap
+    trunc_values: torch.Tensor    # [N, T]   V(final obs) for truncated steps
+    policy_versions: torch.Tensor  # [N, T] int64, version of the weights that acted
+
+    @property
+    def num_slots(self) -> int:
+        return self.obs.shape[0]
+
+    @property
+    def rollout(self) -> int:
+        return self.actions.shape[1]
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def allocate_trajectory_buffers(num_slots: int, rollout: int, obs_shape: tuple, obs_dtype,
+                                rnn_size: int, action_dim: int, action_params_size: int
+                                ) -> TrajectoryBuffers:
+    """Allocate one policy's slots in shared memory."""
+    n, t = num_slots, rollout
+
+    def z(shape, dtype=torch.float32):
+        return torch.zeros(shape, dtype=dtype).share_memory_()
+
+    return TrajectoryBuffers(
+        obs=z((n, t + 1, *obs_shape), torch_dtype(obs_dtype)),
+        rnn_states=z((n, t + 1, rnn_size)),
+        actions=z((n, t, action_dim)),
+        log_probs=z((n, t)),
+        action_params=z((n, t, action_params_size)),
+        values=z((n, t)),
+        rewards=z((n, t)),
+        terminated=z((n, t), torch.bool),
+        truncated=z((n, t), torch.bool),
+        trunc_values=z((n, t)),
+        policy_versions=z((n, t), torch.int64),
+    )
+
+
+@dataclass
+class AgentBuffers:
+    """One row per agent in the whole run (all workers): the last observation and recurrent
+    state of an episode cut by a time limit, so that a policy worker can compute the value the
+    learner bootstraps from."""
+
+    final_obs: torch.Tensor   # [A, *obs_shape]
+    final_rnn: torch.Tensor   # [A, S]
+
+
+def allocate_agent_buffers(num_agents_total: int, obs_shape: tuple, obs_dtype, rnn_size: int
+                           ) -> AgentBuffers:
+    return AgentBuffers(
+        final_obs=torch.zeros((num_agents_total, *obs_shape), dtype=torch_dtype(obs_dtype)).share_memory_(),
+        final_rnn=torch.zeros((num_agents_total, rnn_size)).share_memory_(),
+    )
+
+
+def num_trajectory_slots(num_agents_total: int, trajectories_per_iteration: int,
+                         excess_ratio: float, serial: bool) -> int:
+    """Slots per policy.
+
+    Rollout workers hold at most two slots per agent (the one being filled and the one just
+    finished, sent one step later); the rest queue for the learner. ``excess_ratio`` learner
+    iterations' worth of queued trajectories bounds both memory and policy lag. Serial mode runs
+    the learner between worker steps and never blocks, so it needs room for one more round.
+    """
+    queued = max(trajectories_per_iteration, math.ceil(excess_ratio * trajectories_per_iteration))
+    agents_factor = 3 if serial else 2
+    return agents_factor * num_agents_total + queued
+
+
+class WeightsBuffer:
+    """A policy's weights (parameters and buffers, e.g. normalizer statistics) in one flat
+    shared float32 tensor, published by the learner and read by policy workers without pickling.
+
+    A sequence counter makes it a seqlock: the writer makes it odd while copying and even when
+    done; a reader that sees it odd, or changed during its copy, keeps its old weights and tries
+    again on its next batch.
+    """
+
+    def __init__(self, num_floats: int) -> None:
+        self.flat = torch.zeros(num_floats, dtype=torch.float32).share_memory_()
+        # [sequence, policy_version]
+        self.meta = torch.zeros(2, dtype=torch.int64).share_memory_()
+
+    @staticmethod
+    def state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+        """The tensors that define a model's behaviour, in a fixed order."""
+        return [t for t in model.state_dict(keep_vars=True).values() if t.is_floating_point()]
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module) -> "WeightsBuffer":
+        return cls(sum(t.numel() for t in cls.state_tensors(model)))
+
+    @property
+    def version(self) -> int:
+        return int(self.meta[1])
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        seq = int(self.meta[0])
+        self.meta[0] = seq + 1
+        offset = 0
+        with torch.no_grad():
+            for t in self.state_tensors(model):
+                n = t.numel()
+                self.flat[offset:offset + n].copy_(t.detach().reshape(-1))
+                offset += n
+        self.meta[1] = version
+        self.meta[0] = seq + 2
+
+    def read_into(self, model: torch.nn.Module, current_version: int) -> int:
+        """Copy newer weights into ``model``; returns the version the model now has."""
+        seq = int(self.meta[0])
+        if seq % 2 == 1 or seq == 0:
+            return current_version  # being written, or never published yet
+        version = int(self.meta[1])
+        if version == current_version:
+            return current_version
+        staged = self.flat.clone()
+        if int(self.meta[0]) != seq:
+            return current_version  # torn read: a publish happened meanwhile
+        offset = 0
+        with torch.no_grad():
+            for t in self.state_tensors(model):
+                n = t.numel()
+                t.copy_(staged[offset:offset + n].view_as(t))
+                offset += n
+        return version

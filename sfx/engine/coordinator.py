@@ -1,0 +1,434 @@
+"""The coordinator: allocates everything, starts the components, supervises, reports, stops.
+
+:func:`wire` is the one place that shows how the components are connected (which queue goes to
+whom, which shared buffers each one touches). Two runtimes consume it:
+
+- :class:`ProcessRuntime`: every component in its own spawned process (the fast, normal mode);
+- :class:`SerialRuntime` (``--serial_mode``): the same component objects driven round-robin in
+  this process, for debugging and bit-for-bit determinism.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, allocate_agent_buffers,
+                                allocate_trajectory_buffers, num_trajectory_slots)
+from sfx.engine.learner import Learner, trajectories_per_iteration
+from sfx.engine.policy_worker import PolicyWorker
+from sfx.engine.queues import LocalQueue, drain, make_process_queue
+from sfx.engine.rollout_worker import RolloutWorker
+from sfx.engine.stats import PolicyStats, ThroughputMeter, format_duration, status_line, write_summaries
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- wiring
+
+@dataclass
+class EnvInfo:
+    observation_space: Any
+    action_space: Any
+    num_agents: int
+
+
+@dataclass
+class Wiring:
+    """Everything shared between components. Built once by the coordinator."""
+
+    cfg: Any
+    env_info: EnvInfo
+    traj: list[TrajectoryBuffers]          # per policy
+    agents: AgentBuffers
+    weights: list[WeightsBuffer]           # per policy
+    free_slots: list                       # per policy: free trajectory slot indices
+    policy_queues: list                    # per policy: requests from rollout workers
+    learner_queues: list                   # per policy: finished trajectories
+    rollout_inboxes: list                  # per rollout worker: answers from policy workers
+    report_queue: Any                      # everything -> coordinator
+    components: list[tuple[str, int, int]] = field(default_factory=list)  # (role, index, policy)
+
+
+def resolve_device(cfg: Any) -> torch.device:
+    if cfg.device == "gpu":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        log.warning("--device=gpu but CUDA is not available here: using the CPU")
+    return torch.device("cpu")
+
+
+def probe_env(cfg: Any) -> EnvInfo:
+    """Make one env to learn its spaces and number of agents."""
+    from sfx.envs import make_env
+
+    env = make_env(cfg, {"worker_index": -1, "vector_index": 0, "env_id": -1})
+    try:
+        return EnvInfo(env.observation_space, env.action_space, env.num_agents)
+    finally:
+        env.close()
+
+
+def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> Wiring:
+    """Allocate shared memory and queues and list the components that use them.
+
+    rollout worker w --req(slot,t)--> policy_queues[p] --> policy worker(s) of p
+    policy worker   --act(split,n)--> rollout_inboxes[w]
+    rollout worker  --traj(slots)---> learner_queues[p] --> learner p
+    learner p       --slot ids------> free_slots[p]      --> rollout workers
+    learner p       --weights-------> weights[p]  (shared memory, no queue)
+    everyone        --reports-------> report_queue --> coordinator
+    """
+    from sfx.algo.distributions import action_params_size, action_shape
+
+    obs_space, action_space = env_info.observation_space, env_info.action_space
+    num_agents_total = cfg.num_workers * cfg.num_envs_per_worker * env_info.num_agents
+    rnn_size = max(1, model.rnn_state_size)
+    num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(cfg),
+                                     cfg.traj_buffers_excess_ratio, serial)
+    traj = [allocate_trajectory_buffers(num_slots, cfg.rollout, obs_space.shape, obs_space.dtype, rnn_size,
+                                        action_shape(action_space), action_params_size(action_space))
+            for _ in range(cfg.num_policies)]
+    agents = allocate_agent_buffers(num_agents_total, obs_space.shape, obs_space.dtype, rnn_size)
+    weights = [WeightsBuffer.for_model(model) for _ in range(cfg.num_policies)]
+
+    new_queue = LocalQueue if serial else make_process_queue
+    free_slots = []
+    for _ in range(cfg.num_policies):
+        q = new_queue()
+        q.put_many(list(range(num_slots)))
+        free_slots.append(q)
+
+    w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=free_slots,
+               policy_queues=[new_queue() for _ in range(cfg.num_policies)],
+               learner_queues=[new_queue() for _ in range(cfg.num_policies)],
+               rollout_inboxes=[new_queue() for _ in range(cfg.num_workers)],
+               report_queue=new_queue())
+    # learners first: they publish the weights the policy workers wait for
+    w.components += [("learner", p, p) for p in range(cfg.num_policies)]
+    w.components += [("policy_worker", p * cfg.policy_workers_per_policy + i, p)
+                     for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
+    w.components += [("rollout_worker", i, -1) for i in range(cfg.num_workers)]
+    log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
+    return w
+
+
+def build_component(w: Wiring, role: str, index: int, policy: int, device: torch.device):
+    """Construct one component from the wiring (in whichever process will run it)."""
+    from sfx.envs import make_env
+    from sfx.models import create_actor_critic
+
+    cfg, info = w.cfg, w.env_info
+    if role == "rollout_worker":
+        return RolloutWorker(cfg, index, info.num_agents, w.traj, w.agents, w.free_slots, w.policy_queues,
+                             w.learner_queues, w.report_queue, make_env)
+    if cfg.seed is not None:
+        torch.manual_seed(cfg.seed * 1000 + policy)
+    model = create_actor_critic(cfg, info.observation_space, info.action_space)
+    if role == "policy_worker":
+        return PolicyWorker(cfg, policy, index, model, w.traj[policy], w.agents, w.weights[policy],
+                            w.rollout_inboxes, w.report_queue, device)
+    if role == "learner":
+        return Learner(cfg, policy, model, w.traj[policy], w.weights[policy], w.free_slots[policy],
+                       w.report_queue, device)
+    raise ValueError(f"unknown component role {role!r}")
+
+
+def component_inbox(w: Wiring, role: str, index: int, policy: int):
+    return {"rollout_worker": lambda: w.rollout_inboxes[index],
+            "policy_worker": lambda: w.policy_queues[policy],
+            "learner": lambda: w.learner_queues[policy]}[role]()
+
+
+# --------------------------------------------------------------------------- process mode
+
+def _component_main(w: Wiring, role: str, index: int, policy: int, stop_event: Any, parent_pid: int) -> None:
+    """Entry point of a spawned component process."""
+    # Ctrl+C and SIGTERM go to the coordinator, which stops everyone in order (final checkpoint)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    name = f"{role}_{index}"
+    cfg = w.cfg
+    from sfx.experiment import setup_logging
+    setup_logging(cfg, name)
+    torch.set_num_threads(1)
+    if role == "rollout_worker" and cfg.set_workers_cpu_affinity and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[index % len(cores)]})
+
+    def stopping() -> bool:
+        return stop_event.is_set() or os.getppid() != parent_pid
+
+    component = None
+    try:
+        device = resolve_device(cfg) if role != "rollout_worker" else torch.device("cpu")
+        component = build_component(w, role, index, policy, device)
+        inbox = component_inbox(w, role, index, policy)
+        if role == "rollout_worker":
+            component.should_stop = stopping
+        if role == "policy_worker":
+            while component.version < 0 and not stopping():
+                component.update_weights()
+                time.sleep(0.01)
+        if hasattr(component, "start"):
+            component.start()
+        while not stopping():
+            msgs = drain(inbox, timeout=0.1)
+            if msgs:
+                component.process(msgs)
+            if role == "learner":
+                component.maybe_save()
+            if getattr(component, "stopped", False):
+                break
+        if role == "learner":
+            component.save_checkpoint()
+    except Exception:
+        log.error("%s crashed:\n%s", name, traceback.format_exc())
+        w.report_queue.put(("error", name, traceback.format_exc()))
+        if role == "learner" and component is not None:
+            try:
+                component.save_checkpoint()
+            except Exception:
+                log.exception("%s could not save a checkpoint after crashing", name)
+    finally:
+        if component is not None and hasattr(component, "close"):
+            component.close()
+        w.report_queue.put(("stopped", name, {}))
+
+
+class ProcessRuntime:
+    """Each component in its own spawned process."""
+
+    def __init__(self, w: Wiring) -> None:
+        self.w = w
+        self.ctx = torch.multiprocessing.get_context("spawn")
+        self.stop_event = self.ctx.Event()
+        self.procs: dict[str, Any] = {}
+
+    def start(self) -> None:
+        for role, index, policy in self.w.components:
+            name = f"{role}_{index}"
+            p = self.ctx.Process(target=_component_main, name=name,
+                                 args=(self.w, role, index, policy, self.stop_event, os.getpid()))
+            p.start()
+            self.procs[name] = p
+
+    def step(self) -> list:
+        return drain(self.w.report_queue, timeout=0.1)
+
+    def dead_components(self) -> list[str]:
+        return [n for n, p in self.procs.items() if not p.is_alive()]
+
+    def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
+        """Ask everyone to stop, wait for learners' final checkpoints, then make sure all exited."""
+        self.stop_event.set()
+        deadline = time.time() + timeout_sec
+        for p in self.procs.values():
+            while p.is_alive() and time.time() < deadline:
+                reports_sink(drain(self.w.report_queue, timeout=0.05))
+                p.join(timeout=0.05)
+        for name, p in self.procs.items():
+            if p.is_alive():
+                log.warning("%s did not stop in %.0f s: terminating it", name, timeout_sec)
+                p.kill()
+                p.join(timeout=5)
+        reports_sink(drain(self.w.report_queue))
+
+
+# --------------------------------------------------------------------------- serial mode
+
+class SerialRuntime:
+    """The same components, driven round-robin in the calling process."""
+
+    def __init__(self, w: Wiring, device: torch.device) -> None:
+        self.w = w
+        self.device = device
+        self.parts: list[tuple[str, Any, Any]] = []
+
+    def start(self) -> None:
+        torch.set_num_threads(1)
+        for role, index, policy in self.w.components:
+            comp = build_component(self.w, role, index, policy, self.device)
+            self.parts.append((role, comp, component_inbox(self.w, role, index, policy)))
+        for role, comp, _ in self.parts:
+            if role == "policy_worker":
+                comp.update_weights()
+            elif hasattr(comp, "start"):  # learners come first in the wiring and publish weights
+                comp.start()
+
+    def step(self, duration_sec: float = 0.05) -> list:
+        end = time.time() + duration_sec
+        while time.time() < end:
+            for role, comp, inbox in self.parts:
+                msgs = drain(inbox)
+                if msgs:
+                    comp.process(msgs)
+                if role == "learner":
+                    comp.maybe_save()
+        return drain(self.w.report_queue)
+
+    def dead_components(self) -> list[str]:
+        return []
+
+    def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
+        for role, comp, _ in self.parts:
+            if role == "learner":
+                comp.save_checkpoint()
+            if hasattr(comp, "close"):
+                comp.close()
+        reports_sink(drain(self.w.report_queue))
+
+
+# --------------------------------------------------------------------------- supervision
+
+class _StopRequest:
+    """Turns SIGINT / SIGTERM into a flag; a second Ctrl+C stops without waiting."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self.forced = False
+        self._old: dict = {}
+
+    def __enter__(self) -> "_StopRequest":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None:
+            self.forced = True
+        self.requested = signal.Signals(signum).name
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+def run_training(cfg: Any) -> dict:
+    """Train until ``train_for_env_steps`` or ``train_for_seconds``, or until interrupted.
+
+    Returns ``{'status': 'done'|'interrupted'|'failed', 'env_steps', 'elapsed_sec',
+    'samples_per_sec', 'reward', 'train_step'}``.
+    """
+    from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging, summary_dir
+    from sfx.models import create_actor_critic
+
+    setup_logging(cfg, "coordinator")
+    exp_dir = experiment_dir(cfg)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    if done_path(cfg).exists():
+        done_path(cfg).unlink()  # a resumed run is not done until it finishes again
+    save_cfg(cfg)
+    device = resolve_device(cfg)
+    log.info("experiment %s, env %s, %s mode, device %s", exp_dir, cfg.env,
+             "serial" if cfg.serial_mode else "asynchronous", device)
+
+    env_info = probe_env(cfg)
+    model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
+    w = wire(cfg, env_info, model, serial=cfg.serial_mode)
+    del model
+    runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
+
+    from torch.utils.tensorboard import SummaryWriter
+    writers = [SummaryWriter(str(summary_dir(cfg, p)), flush_secs=10) for p in range(cfg.num_policies)]
+    pstats = [PolicyStats(cfg.stats_avg) for _ in range(cfg.num_policies)]
+    fps_meter = ThroughputMeter()
+    samples_meter = ThroughputMeter()
+    learners_ready: set[int] = set()
+    errors: list[str] = []
+    stopped: set[str] = set()
+
+    def handle(reports: list) -> None:
+        for kind, who, payload in reports:
+            if kind == "rollout":
+                fps_meter.add(payload["env_steps"] * cfg.env_frameskip)
+                for ep in payload["episodes"]:
+                    pstats[ep["policy"]].add_episode(ep)
+            elif kind == "train":
+                samples_meter.add(payload["samples"])
+                pstats[who].add_train(payload)
+            elif kind == "learner_ready":
+                learners_ready.add(who)
+                pstats[who].env_steps = payload["env_steps"]
+                pstats[who].train_step = payload["train_step"]
+            elif kind == "checkpoint":
+                log.debug("policy %d checkpoint %s", who, payload["path"])
+            elif kind == "error":
+                errors.append(who)
+            elif kind == "stopped":
+                stopped.add(who)
+
+    def total_env_steps() -> int:
+        return sum(s.env_steps for s in pstats)
+
+    def flush_summaries() -> None:
+        for p, (s, wr) in enumerate(zip(pstats, writers)):
+            scalars = s.pop_summaries()
+            scalars["fps"] = fps_meter.rate(60)
+            scalars["samples_per_sec"] = samples_meter.rate(60)
+            write_summaries(wr, scalars, s.env_steps)
+            wr.flush()
+
+    start = time.time()
+    status = "failed"
+    last_report = last_summary = start
+    with _StopRequest() as stop_request:
+        try:
+            runtime.start()
+            while True:
+                handle(runtime.step())
+                now = time.time()
+                if errors:
+                    log.error("stopping: %s crashed (see the log above)", ", ".join(errors))
+                    status = "failed"
+                    break
+                dead = [n for n in runtime.dead_components() if n not in stopped]
+                if dead:
+                    log.error("stopping: %s exited unexpectedly", ", ".join(dead))
+                    status = "failed"
+                    break
+                if stop_request.requested:
+                    log.info("%s received: stopping, saving a final checkpoint", stop_request.requested)
+                    status = "interrupted"
+                    break
+                if len(learners_ready) == cfg.num_policies and total_env_steps() >= cfg.train_for_env_steps:
+                    status = "done"
+                    break
+                if now - start >= cfg.train_for_seconds:
+                    status = "done"
+                    break
+                if now - last_report >= cfg.report_every_sec:
+                    last_report = now
+                    log.info(status_line(pstats, fps_meter.rates(now), samples_meter.rate(60, now),
+                                         total_env_steps(), cfg.train_for_env_steps, now - start,
+                                         cfg.train_for_seconds))
+                if now - last_summary >= cfg.experiment_summaries_interval:
+                    last_summary = now
+                    flush_summaries()
+        except Exception:
+            log.error("coordinator crashed:\n%s", traceback.format_exc())
+            status = "failed"
+            raise
+        finally:
+            runtime.stop(handle, timeout_sec=5.0 if stop_request.forced else 30.0)
+            flush_summaries()
+            for wr in writers:
+                wr.close()
+
+    elapsed = time.time() - start
+    result = {"status": status, "env_steps": total_env_steps(), "elapsed_sec": elapsed,
+              "samples_per_sec": fps_meter.total / elapsed if elapsed > 0 else 0.0,
+              "reward": [s.mean("reward") for s in pstats], "train_step": [s.train_step for s in pstats],
+              "train_stats": [dict(s.train) for s in pstats]}
+    if status == "done":
+        done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")
+    log.info("training %s after %s: %s env steps, %.0f samples/s, reward %s", status, format_duration(elapsed),
+             f"{result['env_steps']:,}", result["samples_per_sec"], ", ".join(f"{r:.2f}" for r in result["reward"]))
+    return result

@@ -1,0 +1,224 @@
+"""Learner: one per policy, in its own process.
+
+It collects trajectory slot indices from its queue, copies a whole iteration's worth of
+trajectories out of shared memory (and frees those slots at once, so rollouts never wait for the
+optimizer), then runs ``ppo_epochs`` passes of minibatch SGD with V-trace (or GAE) targets and the
+clipped PPO loss. After every optimizer step it publishes the new weights to the policy workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from sfx.algo.distributions import make_action_distribution
+from sfx.algo.gae import gae
+from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
+from sfx.algo.vtrace import vtrace
+from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer
+
+log = logging.getLogger(__name__)
+
+
+def trajectories_per_minibatch(cfg: Any) -> int:
+    return cfg.batch_size // cfg.rollout
+
+
+def trajectories_per_iteration(cfg: Any) -> int:
+    return trajectories_per_minibatch(cfg) * cfg.num_batches_per_iteration
+
+
+class Learner:
+    """Messages in: ``('traj', [slots])``. Out: free slot indices to the policy's free queue,
+    ``('learner_ready' | 'train' | 'checkpoint', policy_id, dict)`` to the report queue."""
+
+    def __init__(self, cfg: Any, policy_id: int, model: torch.nn.Module,
+                 traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
+                 report_queue: Any, device: torch.device) -> None:
+        self.cfg = cfg
+        self.policy_id = policy_id
+        self.device = device
+        self.model = model.to(device).train()
+        self.traj = traj_buffers
+        self.weights = weights
+        self.free_slots = free_slot_queue
+        self.report_queue = report_queue
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate,
+                                          betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.pending: list[int] = []
+        self.train_step = 0
+        self.env_steps = 0
+        self.last_save = time.time()
+        self.last_milestone = time.time()
+
+    # ---------------------------------------------------------------- state
+
+    def start(self) -> None:
+        """Resume from the newest readable checkpoint, publish weights, announce readiness."""
+        from sfx.experiment import load_latest_checkpoint
+
+        ckpt = load_latest_checkpoint(self.cfg, self.policy_id, map_location=self.device)
+        if ckpt is not None:
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            self.train_step = int(ckpt["train_step"])
+            self.env_steps = int(ckpt["env_steps"])
+            log.info("policy %d resumed at train step %d, %d env steps",
+                     self.policy_id, self.train_step, self.env_steps)
+        for group in self.optimizer.param_groups:  # a resumed run may have changed --learning_rate
+            group["lr"] = self.cfg.learning_rate
+        self.weights.publish(self.model, self.train_step)
+        self.report_queue.put(("learner_ready", self.policy_id,
+                               {"env_steps": self.env_steps, "train_step": self.train_step}))
+
+    def state(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "train_step": self.train_step, "env_steps": self.env_steps,
+                "policy_version": self.train_step, "cfg": dict(vars(self.cfg))}
+
+    def save_checkpoint(self) -> None:
+        from sfx.experiment import save_checkpoint, save_milestone
+
+        path = save_checkpoint(self.cfg, self.policy_id, self.state())
+        self.last_save = time.time()
+        if self.cfg.save_milestones_sec > 0 and time.time() - self.last_milestone >= self.cfg.save_milestones_sec:
+            save_milestone(self.cfg, self.policy_id, path)
+            self.last_milestone = time.time()
+        self.report_queue.put(("checkpoint", self.policy_id, {"path": str(path), "env_steps": self.env_steps,
+                                                              "train_step": self.train_step}))
+
+    def maybe_save(self) -> None:
+        if time.time() - self.last_save >= self.cfg.save_every_sec:
+            self.save_checkpoint()
+
+    # ---------------------------------------------------------------- training
+
+    def process(self, msgs: list) -> None:
+        for kind, slots in msgs:
+            if kind != "traj":
+                raise ValueError(f"learner got unknown message {kind!r}")
+            self.pending.extend(slots)
+        per_iter = trajectories_per_iteration(self.cfg)
+        while len(self.pending) >= per_iter:
+            batch_slots, self.pending = self.pending[:per_iter], self.pending[per_iter:]
+            self.train_iteration(batch_slots)
+
+    def _gather(self, slots: list[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(slots, dtype=torch.long)
+        batch = {k: v.index_select(0, idx).to(self.device) for k, v in self.traj.tensors().items()}
+        self.free_slots.put_many(list(slots))
+        return batch
+
+    def train_iteration(self, slots: list[int]) -> None:
+        cfg = self.cfg
+        t_start = time.time()
+        batch = self._gather(slots)
+        n, T = batch["rewards"].shape
+        self.env_steps += n * T * cfg.env_frameskip
+
+        lag = (self.train_step - batch["policy_versions"]).float()
+        valids = lag <= cfg.max_policy_lag
+        if cfg.normalize_input and getattr(self.model, "obs_normalizer", None) is not None:
+            obs_valid = batch["obs"][:, :T][valids]
+            if len(obs_valid):
+                self.model.update_obs_normalizer(obs_valid)
+
+        per_mb = trajectories_per_minibatch(cfg)
+        stats_acc: dict[str, float] = {}
+        num_steps = 0
+        for _ in range(cfg.ppo_epochs):
+            perm = torch.randperm(n, device=self.device)
+            for start in range(0, n, per_mb):
+                mb = perm[start:start + per_mb]
+                stats = self._train_minibatch({k: v[mb] for k, v in batch.items()}, valids[mb])
+                for k, v in stats.items():
+                    stats_acc[k] = stats_acc.get(k, 0.0) + v
+                num_steps += 1
+        stats = {k: v / num_steps for k, v in stats_acc.items()}
+        stats.update({
+            "env_steps": self.env_steps, "train_step": self.train_step, "samples": n * T,
+            "policy_lag_avg": float(lag.mean()), "policy_lag_max": float(lag.max()),
+            "valid_fraction": float(valids.float().mean()),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "train_sec": time.time() - t_start,
+        })
+        self.report_queue.put(("train", self.policy_id, stats))
+
+    def _train_minibatch(self, mb: dict[str, torch.Tensor], valids: torch.Tensor) -> dict[str, float]:
+        cfg, model = self.cfg, self.model
+        n, T = mb["rewards"].shape
+        R = cfg.recurrence if cfg.use_rnn else T
+        obs = mb["obs"]
+        done = mb["terminated"] | mb["truncated"]
+
+        # Recompute the whole batch with current weights, `recurrence` steps at a time, starting
+        # each chunk from the recurrent state the behaviour policy had there.
+        seq_obs = obs[:, :T].reshape(n * T // R, R, *obs.shape[2:])
+        seq_init = mb["rnn_states"][:, 0:T:R].reshape(n * T // R, -1)
+        prev_done = torch.cat([torch.zeros_like(done[:, :1]), done[:, :-1]], dim=1)
+        seq_resets = prev_done.reshape(n * T // R, R)
+        out = model.forward_sequence(seq_obs, seq_init, seq_resets)
+        params = out["action_params"].reshape(n * T, -1)
+        values_norm = out["values_normalized"].reshape(n, T)
+        values = out["values"].reshape(n, T)
+        with torch.no_grad():
+            bootstrap = model.forward_step(obs[:, T], mb["rnn_states"][:, T])["values"]
+
+        space = model.action_space
+        dist = make_action_distribution(space, params)
+        actions = mb["actions"].reshape(n * T, -1)
+        log_prob = dist.log_prob(actions).reshape(n, T)
+        old_dist = make_action_distribution(space, mb["action_params"].reshape(n * T, -1))
+
+        # time-major [T, n] for the target recursions
+        def tm(x: torch.Tensor) -> torch.Tensor:
+            return x.transpose(0, 1)
+
+        rewards = (mb["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
+        # a time limit is not the end of the task: bootstrap from V(final obs) on truncation
+        rewards = rewards + cfg.gamma * mb["truncated"].float() * mb["trunc_values"]
+        discounts = cfg.gamma * (1.0 - done.float())
+        with torch.no_grad():
+            if cfg.with_vtrace:
+                log_rhos = log_prob.detach() - mb["log_probs"]
+                vs, adv = vtrace(tm(log_rhos), tm(discounts), tm(rewards), tm(values.detach()), bootstrap,
+                                 clip_rho_threshold=cfg.vtrace_rho, clip_pg_rho_threshold=cfg.vtrace_rho,
+                                 lambda_=1.0, clip_c_threshold=cfg.vtrace_c)
+            else:
+                adv, vs = gae(tm(rewards), tm(values.detach()), bootstrap, tm(discounts), cfg.gae_lambda)
+            vs, adv = tm(vs), tm(adv)
+            if cfg.normalize_returns and getattr(model, "returns_normalizer", None) is not None:
+                model.returns_normalizer.update(vs[valids])
+            targets_norm = model.normalize_values(vs)
+            old_values_norm = model.normalize_values(mb["values"])
+            adv_valid = adv[valids]
+            if adv_valid.numel() > 1:
+                adv = (adv - adv_valid.mean()) / (adv_valid.std() + 1e-8)
+
+        policy_loss, ratio = ppo_policy_loss(log_prob, mb["log_probs"], adv, cfg.ppo_clip_ratio, valids)
+        value_loss = ppo_value_loss(values_norm, old_values_norm, targets_norm, cfg.ppo_clip_value, valids)
+        entropy = dist.entropy().reshape(n, T)
+        ent_loss = entropy_loss(entropy, valids)
+        kl = old_dist.kl_divergence(dist).reshape(n, T)
+        kl_term = kl_loss(kl, valids)
+        loss = (policy_loss + cfg.value_loss_coeff * value_loss + cfg.exploration_loss_coeff * ent_loss
+                + cfg.kl_loss_coeff * kl_term)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.train_step += 1
+        self.weights.publish(model, self.train_step)
+
+        return {
+            "loss/total": float(loss), "loss/policy": float(policy_loss), "loss/value": float(value_loss),
+            "loss/entropy": float(ent_loss), "loss/kl": float(kl_term),
+            "entropy": float(masked_mean(entropy.detach(), valids)), "kl": float(masked_mean(kl.detach(), valids)),
+            "grad_norm": float(grad_norm), "ratio_mean": float(masked_mean(ratio.detach(), valids)),
+            "adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
+            "value_mean": float(values.detach().mean()), "target_mean": float(vs.mean()),
+        }

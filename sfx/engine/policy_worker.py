@@ -1,0 +1,96 @@
+"""Policy worker: batched inference for many rollout workers.
+
+It drains every request waiting on its policy's queue, runs one forward pass over all of them,
+writes actions, log-probs, values, distribution parameters and the next recurrent state straight
+into the trajectory slots, and tells each rollout worker how many of its rows are answered.
+Fresh weights are picked up from the policy's :class:`~sfx.engine.buffers.WeightsBuffer` before
+each batch; the version that acted is stored per sample so the learner can measure policy lag.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from sfx.algo.distributions import make_action_distribution
+from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
+from sfx.engine.rollout_worker import REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T
+
+log = logging.getLogger(__name__)
+
+
+class PolicyWorker:
+    """Messages in: ``('req', worker, split, rows[n, 5])``. Out: ``('act', split, n)`` to the
+    rollout worker's inbox."""
+
+    def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: torch.nn.Module,
+                 traj_buffers: TrajectoryBuffers, agent_buffers: AgentBuffers,
+                 weights: WeightsBuffer, rollout_inboxes: list, report_queue: Any,
+                 device: torch.device) -> None:
+        self.cfg = cfg
+        self.policy_id = policy_id
+        self.worker_idx = worker_idx
+        self.model = model.to(device).eval()
+        self.traj = traj_buffers
+        self.agents = agent_buffers
+        self.weights = weights
+        self.rollout_inboxes = rollout_inboxes
+        self.report_queue = report_queue
+        self.device = device
+        self.version = -1
+        self.num_batches = 0
+        self.num_samples = 0
+
+    def update_weights(self) -> None:
+        self.version = self.weights.read_into(self.model, self.version)
+
+    def process(self, msgs: list) -> None:
+        if not msgs:
+            return
+        self.update_weights()
+        if self.version < 0:
+            raise RuntimeError(f"policy worker {self.policy_id}.{self.worker_idx} asked to act "
+                               f"before the learner published weights")
+        rows = np.concatenate([m[3] for m in msgs]) if len(msgs) > 1 else msgs[0][3]
+        rows_t = torch.from_numpy(rows)
+        slots, ts = rows_t[:, REQ_SLOT], rows_t[:, REQ_T]
+        trunc_mask = rows_t[:, REQ_TRUNC_SLOT] >= 0
+        n = len(rows)
+        traj, dev = self.traj, self.device
+
+        obs = traj.obs[slots, ts]
+        rnn = traj.rnn_states[slots, ts]
+        if bool(trunc_mask.any()):
+            trunc_rows = rows_t[trunc_mask]
+            agent_idx = trunc_rows[:, REQ_AGENT]
+            obs = torch.cat([obs, self.agents.final_obs[agent_idx]])
+            rnn = torch.cat([rnn, self.agents.final_rnn[agent_idx]])
+        else:
+            trunc_rows = None
+
+        with torch.no_grad():
+            out = self.model.forward_step(obs.to(dev, non_blocking=True), rnn.to(dev, non_blocking=True))
+            params = out["action_params"][:n]
+            dist = make_action_distribution(self.model.action_space, params)
+            actions = dist.sample()
+            log_probs = dist.log_prob(actions)
+            values = out["values"]
+            new_rnn = out["new_rnn_states"][:n]
+
+        traj.actions[slots, ts] = actions.float().cpu().reshape(n, -1)
+        traj.log_probs[slots, ts] = log_probs.cpu()
+        traj.action_params[slots, ts] = params.cpu()
+        traj.values[slots, ts] = values[:n].cpu()
+        traj.rnn_states[slots, ts + 1] = new_rnn.cpu()
+        traj.policy_versions[slots, ts] = self.version
+        if trunc_rows is not None:
+            traj.trunc_values[trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = values[n:].cpu()
+
+        # answer only after every write above: the rollout worker reads the slots right away
+        for _, worker, split, r in msgs:
+            self.rollout_inboxes[worker].put(("act", split, len(r)))
+        self.num_batches += 1
+        self.num_samples += n

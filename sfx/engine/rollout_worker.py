@@ -1,0 +1,262 @@
+"""Rollout worker: owns ``num_envs_per_worker`` envs split into ``worker_num_splits`` groups.
+
+Double buffering: while one group's envs step on this CPU, the policy worker computes actions for
+the other group, so neither the env nor the network waits for the other.
+
+The worker never sees the model. Per step it writes observations into the agent's trajectory slot
+in shared memory and sends the policy worker of the agent's policy only ``(slot, t)`` indices; the
+policy worker writes the action back into the same slot and answers with a count.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from sfx.algo.distributions import action_to_env
+from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers
+from sfx.engine.queues import Empty
+
+log = logging.getLogger(__name__)
+
+# Columns of a policy request row: where the obs is, where a truncated episode's value goes,
+# and which agent row holds that episode's final observation.
+REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQ_AGENT = range(5)
+REQUEST_COLUMNS = 5
+
+
+class RolloutWorker:
+    """Steps envs and fills trajectory slots; see the module docstring for the protocol.
+
+    Messages in: ``('act', split, num_rows)`` from policy workers.
+    Messages out: ``('req', worker, split, rows)`` to a policy's request queue,
+    ``('traj', slots)`` to a policy's learner queue, ``('episodes', [...])`` to the report queue.
+    """
+
+    def __init__(self, cfg: Any, worker_idx: int, num_agents_per_env: int,
+                 traj_buffers: list[TrajectoryBuffers], agent_buffers: AgentBuffers,
+                 free_slot_queues: list, policy_queues: list, learner_queues: list,
+                 report_queue: Any, make_env_fn) -> None:
+        self.cfg = cfg
+        self.worker_idx = worker_idx
+        self.num_agents_per_env = num_agents_per_env
+        self.traj = traj_buffers
+        self.free_slot_queues = free_slot_queues
+        self.policy_queues = policy_queues
+        self.learner_queues = learner_queues
+        self.report_queue = report_queue
+        self.make_env_fn = make_env_fn
+
+        self.num_envs = cfg.num_envs_per_worker
+        self.num_splits = cfg.worker_num_splits
+        self.envs_per_split = self.num_envs // self.num_splits
+        self.rollout = cfg.rollout
+        self.num_policies = cfg.num_policies
+        self.agents_per_split = self.envs_per_split * num_agents_per_env
+        num_local_agents = self.num_envs * num_agents_per_env
+        self.agent_offset = worker_idx * num_local_agents
+
+        # numpy views of shared memory: element writes are much cheaper than torch indexing
+        self.np = [{k: v.numpy() for k, v in tb.tensors().items()} for tb in traj_buffers]
+        self.final_obs = agent_buffers.final_obs.numpy()
+        self.final_rnn = agent_buffers.final_rnn.numpy()
+
+        self.slot = np.full(num_local_agents, -1, dtype=np.int64)
+        self.t = np.zeros(num_local_agents, dtype=np.int64)
+        self.policy = np.zeros(num_local_agents, dtype=np.int64)
+        self.repick_policy = np.zeros(num_local_agents, dtype=bool)
+        self.trunc_slot = np.full(num_local_agents, -1, dtype=np.int64)
+        self.trunc_t = np.full(num_local_agents, -1, dtype=np.int64)
+
+        seed = cfg.seed if cfg.seed is not None else None
+        self.rng = np.random.default_rng(None if seed is None else seed * 1000 + worker_idx)
+
+        self.envs: list = []
+        self.awaiting = np.zeros(self.num_splits, dtype=np.int64)  # rows still without actions
+        self.pending_sends: list[list[tuple[int, int]]] = [[] for _ in range(self.num_splits)]
+        self.episode_stats: list[dict] = []
+        self.last_report = time.time()
+        self.env_steps = 0
+        self.stopped = False
+
+    # ---------------------------------------------------------------- setup
+
+    def start(self) -> None:
+        """Create and reset the envs, take a slot per agent and ask for the first actions."""
+        cfg = self.cfg
+        for e in range(self.num_envs):
+            env_id = self.worker_idx * self.num_envs + e
+            env = self.make_env_fn(cfg, {"worker_index": self.worker_idx, "vector_index": e,
+                                         "env_id": env_id})
+            if env.num_agents != self.num_agents_per_env:
+                raise RuntimeError(f"env {cfg.env} made {env.num_agents} agents in worker "
+                                   f"{self.worker_idx}, expected {self.num_agents_per_env}")
+            self.envs.append(env)
+        self.action_space = self.envs[0].action_space
+
+        for a in range(len(self.slot)):
+            self.policy[a] = self._pick_policy()
+        for e, env in enumerate(self.envs):
+            env_id = self.worker_idx * self.num_envs + e
+            seed = None if cfg.seed is None else cfg.seed * 100_003 + env_id
+            obs, _ = env.reset(seed=seed)
+            for j in range(self.num_agents_per_env):
+                a = e * self.num_agents_per_env + j
+                slot = self._acquire_slot(self.policy[a])
+                if slot is None:
+                    return
+                self.slot[a], self.t[a] = slot, 0
+                p = self.policy[a]
+                self.np[p]["obs"][slot, 0] = obs[j]
+                self.np[p]["rnn_states"][slot, 0] = 0.0
+        for s in range(self.num_splits):
+            self._send_requests(s)
+
+    def _pick_policy(self) -> int:
+        if self.num_policies == 1:
+            return 0
+        return int(self.rng.integers(self.num_policies))
+
+    def _acquire_slot(self, policy: int) -> int | None:
+        """A free slot of ``policy``; blocks while the learner is behind (throttling)."""
+        q = self.free_slot_queues[policy]
+        while not self.stopped:
+            try:
+                return int(q.get(block=True, timeout=0.5))
+            except Empty:
+                if self.cfg.serial_mode:
+                    raise RuntimeError("serial mode ran out of trajectory slots; this is a bug")
+                if self.should_stop():
+                    self.stopped = True
+        return None
+
+    def should_stop(self) -> bool:
+        """Overridden by the process loop to look at the stop event while blocked."""
+        return False
+
+    # ---------------------------------------------------------------- main step
+
+    def process(self, msgs: list) -> None:
+        for msg in msgs:
+            kind, split, n = msg
+            if kind != "act":
+                raise ValueError(f"rollout worker got unknown message {kind!r}")
+            self.awaiting[split] -= n
+            if self.awaiting[split] == 0:
+                self._advance_split(split)
+                if self.stopped:
+                    return
+
+    def _split_agents(self, split: int) -> range:
+        first = split * self.agents_per_split
+        return range(first, first + self.agents_per_split)
+
+    def _advance_split(self, split: int) -> None:
+        self._flush_sends(split)
+        nap = self.num_agents_per_env
+        first_env = split * self.envs_per_split
+        for e in range(first_env, first_env + self.envs_per_split):
+            env = self.envs[e]
+            base = e * nap
+            actions = []
+            for j in range(nap):
+                a = base + j
+                actions.append(action_to_env(self.action_space,
+                                             self.np[self.policy[a]]["actions"][self.slot[a], self.t[a]]))
+            obs, rewards, terminated, truncated, infos = env.step(actions)
+            for j in range(nap):
+                self._record_step(base + j, obs[j], rewards[j], terminated[j], truncated[j], infos[j])
+        self.env_steps += self.agents_per_split
+        if self.stopped:
+            return
+        self._send_requests(split)
+        self._maybe_report()
+
+    def _record_step(self, a: int, obs, reward, terminated: bool, truncated: bool, info: dict) -> None:
+        p, slot, t = self.policy[a], self.slot[a], self.t[a]
+        buf = self.np[p]
+        buf["rewards"][slot, t] = reward
+        buf["terminated"][slot, t] = terminated
+        buf["truncated"][slot, t] = truncated and not terminated
+        done = terminated or truncated
+        # rnn_states[slot, t+1] was written by the policy worker together with the action
+        if done:
+            episode = info.get("episode")
+            if episode is not None:
+                self.episode_stats.append({"policy": int(p), **episode})
+            if truncated and not terminated:
+                # the learner bootstraps from V(final obs); the policy worker computes it with
+                # the state the episode would have continued with
+                g = self.agent_offset + a
+                self.final_obs[g] = info["final_obs"]
+                self.final_rnn[g] = buf["rnn_states"][slot, t + 1]
+                self.trunc_slot[a], self.trunc_t[a] = slot, t
+            buf["rnn_states"][slot, t + 1] = 0.0
+            if self.num_policies > 1:
+                self.repick_policy[a] = True
+        t += 1
+        if t < self.rollout:
+            buf["obs"][slot, t] = obs
+            self.t[a] = t
+            return
+        # trajectory complete: obs[T] and rnn_states[T] bootstrap it and start the next one
+        buf["obs"][slot, t] = obs
+        new_p = p
+        if self.repick_policy[a]:
+            new_p = self._pick_policy()
+            self.repick_policy[a] = False
+        new_slot = self._acquire_slot(new_p)
+        if new_slot is None:
+            return
+        nbuf = self.np[new_p]
+        nbuf["obs"][new_slot, 0] = obs
+        nbuf["rnn_states"][new_slot, 0] = buf["rnn_states"][slot, t] if new_p == p else 0.0
+        # sent after the next answer, which may still write a truncation value into this slot
+        self.pending_sends[a // self.agents_per_split].append((int(p), int(slot)))
+        self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
+
+    def _send_requests(self, split: int) -> None:
+        agents = self._split_agents(split)
+        rows_by_policy: dict[int, list] = {}
+        for a in agents:
+            row = (self.slot[a], self.t[a], self.trunc_slot[a], self.trunc_t[a], self.agent_offset + a)
+            rows_by_policy.setdefault(int(self.policy[a]), []).append(row)
+            self.trunc_slot[a] = self.trunc_t[a] = -1
+        self.awaiting[split] = len(agents)
+        for p, rows in rows_by_policy.items():
+            self.policy_queues[p].put(("req", self.worker_idx, split, np.asarray(rows, dtype=np.int64)))
+
+    def _flush_sends(self, split: int) -> None:
+        sends = self.pending_sends[split]
+        if not sends:
+            return
+        by_policy: dict[int, list[int]] = {}
+        for p, slot in sends:
+            by_policy.setdefault(p, []).append(slot)
+        for p, slots in by_policy.items():
+            self.learner_queues[p].put(("traj", slots))
+        sends.clear()
+
+    # ---------------------------------------------------------------- reporting
+
+    def _maybe_report(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last_report < 1.0:
+            return
+        self.report_queue.put(("rollout", self.worker_idx, {"env_steps": self.env_steps,
+                                                            "episodes": self.episode_stats}))
+        self.episode_stats = []
+        self.env_steps = 0
+        self.last_report = now
+
+    def close(self) -> None:
+        self.stopped = True
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # an env failing to close must not hide the real shutdown
+                log.exception("env close failed in rollout worker %d", self.worker_idx)
+        self.envs = []

@@ -1,0 +1,129 @@
+"""What the coordinator knows about a run: throughput windows, episode stats, learner stats.
+
+It turns reports from workers into the console status line and TensorBoard scalars. Scalar
+names are stable (``reward``, ``len``, ``fps``, ``policy_lag``, ``loss/*``, ...) because users'
+dashboards and the monitoring tools match them by name.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from typing import Any
+
+
+def format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds < 0:
+        return "--:--:--"
+    seconds = int(seconds)
+    days, rem = divmod(seconds, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return (f"{days}d " if days else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+class ThroughputMeter:
+    """Frames per second over sliding windows (e.g. 10 / 60 / 300 s) from a cumulative counter."""
+
+    def __init__(self, windows_sec: tuple[int, ...] = (10, 60, 300)) -> None:
+        self.windows = windows_sec
+        self.samples: collections.deque = collections.deque()  # (time, cumulative count)
+        self.total = 0
+
+    def add(self, count: int, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        self.total += count
+        self.samples.append((now, self.total))
+        horizon = now - max(self.windows) - 1
+        while len(self.samples) > 2 and self.samples[1][0] < horizon:
+            self.samples.popleft()
+
+    def rate(self, window_sec: float, now: float | None = None) -> float:
+        now = time.time() if now is None else now
+        if len(self.samples) < 2:
+            return 0.0
+        start = now - window_sec
+        first = self.samples[0]
+        for t, c in self.samples:
+            if t >= start:
+                break
+            first = (t, c)
+        dt = self.samples[-1][0] - first[0]
+        return (self.samples[-1][1] - first[1]) / dt if dt > 0 else 0.0
+
+    def rates(self, now: float | None = None) -> list[float]:
+        return [self.rate(w, now) for w in self.windows]
+
+
+class PolicyStats:
+    """Per-policy rolling stats."""
+
+    def __init__(self, stats_avg: int) -> None:
+        self.episodes: dict[str, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=stats_avg))
+        self.num_episodes = 0
+        self.env_steps = 0
+        self.train_step = 0
+        self.train: dict[str, float] = {}
+        self.train_acc: dict[str, list[float]] = collections.defaultdict(list)
+        self.new_episodes: dict[str, list[float]] = collections.defaultdict(list)
+
+    def add_episode(self, episode: dict) -> None:
+        self.num_episodes += 1
+        for k, v in episode.items():
+            if k == "policy" or not isinstance(v, (int, float)):
+                continue
+            self.episodes[k].append(float(v))
+            self.new_episodes[k].append(float(v))
+
+    def add_train(self, stats: dict) -> None:
+        self.env_steps = int(stats.get("env_steps", self.env_steps))
+        self.train_step = int(stats.get("train_step", self.train_step))
+        for k, v in stats.items():
+            if isinstance(v, (int, float)):
+                self.train[k] = float(v)
+                self.train_acc[k].append(float(v))
+
+    def mean(self, key: str) -> float:
+        values = self.episodes.get(key)
+        return sum(values) / len(values) if values else float("nan")
+
+    def pop_summaries(self) -> dict[str, float]:
+        """Scalars accumulated since the last call, averaged, under their TensorBoard names."""
+        out: dict[str, float] = {}
+        for k, vs in self.train_acc.items():
+            if vs and k not in ("env_steps", "train_step"):
+                name = {"policy_lag_avg": "policy_lag", "lr": "learning_rate"}.get(k, k)
+                out[name if "/" in name else name] = sum(vs) / len(vs)
+        self.train_acc.clear()
+        for k, vs in self.new_episodes.items():
+            if vs:
+                out[k if k in ("reward", "len") else f"episode/{k}"] = sum(self.episodes[k]) / len(self.episodes[k])
+        self.new_episodes.clear()
+        return out
+
+
+def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_sec: float,
+                env_steps: int, target_steps: int, elapsed: float, time_limit: float) -> str:
+    """One console line: throughput, progress, reward, lag, ETA."""
+    fps_txt = "/".join(f"{f:,.0f}" for f in fps)
+    parts = [f"FPS (10s/60s/300s) {fps_txt}", f"samples/s {samples_per_sec:,.0f}"]
+    pct = 100.0 * env_steps / target_steps if target_steps > 0 else 0.0
+    parts.append(f"env steps {env_steps:,} ({pct:.1f}%)")
+    for p, s in enumerate(policy_stats):
+        tag = f"p{p} " if len(policy_stats) > 1 else ""
+        lag = s.train.get("policy_lag_avg", float("nan"))
+        lag_max = s.train.get("policy_lag_max", float("nan"))
+        parts.append(f"{tag}reward {s.mean('reward'):.2f} len {s.mean('len'):.0f} lag {lag:.1f}/{lag_max:.0f}")
+    rate = next((f for f in (fps[1], fps[0]) if f > 0), 0.0)
+    eta_steps = (target_steps - env_steps) / rate if rate > 0 else float("inf")
+    eta = min(eta_steps, time_limit - elapsed)
+    parts.append(f"elapsed {format_duration(elapsed)} ETA {format_duration(eta)}")
+    return " | ".join(parts)
+
+
+def write_summaries(writer: Any, scalars: dict[str, float], step: int) -> None:
+    for k, v in scalars.items():
+        if math.isfinite(v):
+            writer.add_scalar(k, v, step)

@@ -1,0 +1,180 @@
+"""End-to-end tests of the engine on CartPole: serial and asynchronous runs, the experiment
+folder, policy lag, throttling, Ctrl+C and resume."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+from sfx.cfg import default_cfg
+from sfx.engine import run_training
+from sfx.engine.coordinator import build_component, probe_env, wire
+from sfx.engine.queues import drain
+from sfx.models import create_actor_critic
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def small_cfg(tmp_path, **overrides):
+    base = dict(env="gym_CartPole-v1", experiment="t", train_dir=str(tmp_path), num_workers=2,
+                num_envs_per_worker=2, worker_num_splits=2, rollout=16, recurrence=8, batch_size=64,
+                hidden_size=32, device="cpu", seed=1, train_for_env_steps=3000,
+                experiment_summaries_interval=0.5, report_every_sec=1.0, save_every_sec=1000)
+    base.update(overrides)
+    return default_cfg(**base)
+
+
+def shm_segments():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def test_serial_run_fills_the_experiment_folder(tmp_path):
+    cfg = small_cfg(tmp_path, serial_mode=True)
+    result = run_training(cfg)
+    assert result["status"] == "done"
+    assert result["env_steps"] >= 3000
+    exp = tmp_path / "t"
+    assert (exp / "cfg.json").is_file()
+    assert (exp / "done").is_file()
+    assert "training done" in (exp / "sf_log.txt").read_text()
+    assert list((exp / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert list((exp / ".summary" / "0").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("rnn_type,use_rnn", [("lstm", True), ("gru", True), ("gru", False)])
+def test_learner_recomputes_the_behaviour_policy(tmp_path, rnn_type, use_rnn):
+    """With (almost) frozen weights the learner's recomputation of every stored step, chunked by
+    --recurrence with the stored states and resets at episode ends, must reproduce the policy
+    workers' log-probs: ratio 1 and KL 0. This checks the whole slot/state bookkeeping."""
+    cfg = small_cfg(tmp_path, serial_mode=True, learning_rate=1e-12, normalize_input=False,
+                    use_rnn=use_rnn, rnn_type=rnn_type, rollout=16, recurrence=4, train_for_env_steps=2000)
+    result = run_training(cfg)
+    stats = result["train_stats"][0]
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(stats["kl"]) < 1e-5
+
+
+def test_serial_mode_is_deterministic(tmp_path):
+    a = run_training(small_cfg(tmp_path / "a", serial_mode=True, train_for_env_steps=1500))
+    b = run_training(small_cfg(tmp_path / "b", serial_mode=True, train_for_env_steps=1500))
+    sa = torch.load(next((tmp_path / "a" / "t" / "checkpoint_p0").glob("*.pth")), weights_only=False)
+    sb = torch.load(next((tmp_path / "b" / "t" / "checkpoint_p0").glob("*.pth")), weights_only=False)
+    assert a["env_steps"] == b["env_steps"]
+    for k in sa["model"]:
+        assert torch.equal(sa["model"][k], sb["model"][k]), k
+
+
+def test_async_run_stops_cleanly_without_leaks(tmp_path):
+    before = shm_segments()
+    cfg = small_cfg(tmp_path, serial_mode=False, train_for_env_steps=4000)
+    result = run_training(cfg)
+    assert result["status"] == "done"
+    assert result["env_steps"] >= 4000
+    assert result["samples_per_sec"] > 0
+    assert not psutil.Process().children(recursive=True)
+    assert shm_segments() - before == set()
+    assert list((tmp_path / "t" / "checkpoint_p0").glob("checkpoint_*.pth"))
+
+
+def _in_process_components(tmp_path, **overrides):
+    cfg = small_cfg(tmp_path, **overrides)
+    info = probe_env(cfg)
+    model = create_actor_critic(cfg, info.observation_space, info.action_space)
+    w = wire(cfg, info, model, serial=cfg.serial_mode)
+    return cfg, w
+
+
+def test_stale_samples_are_dropped_by_policy_lag(tmp_path):
+    cfg, w = _in_process_components(tmp_path, serial_mode=True, max_policy_lag=5, num_workers=1)
+    learner = build_component(w, "learner", 0, 0, torch.device("cpu"))
+    learner.start()
+    drain(w.report_queue)
+    n = cfg.batch_size // cfg.rollout
+    slots = [int(w.free_slots[0].get()) for _ in range(n)]
+    tb = w.traj[0]
+    tb.obs[slots] = torch.randn_like(tb.obs[slots])
+    tb.policy_versions[slots[: n // 2]] = 0
+    tb.policy_versions[slots[n // 2:]] = -100  # far behind the learner
+    learner.process([("traj", slots)])
+    reports = [r for r in drain(w.report_queue) if r[0] == "train"]
+    assert len(reports) == 1
+    stats = reports[0][2]
+    assert stats["valid_fraction"] == pytest.approx(0.5)
+    assert stats["policy_lag_max"] == pytest.approx(100)
+    assert np.isfinite(stats["loss/total"])
+    assert w.free_slots[0].qsize() == tb.num_slots  # slots released right after the copy
+
+
+def test_rollout_workers_block_when_the_learner_falls_behind(tmp_path):
+    """Nobody trains: the workers must stop at the slot pool's size instead of growing memory."""
+    cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=1)
+    policy = build_component(w, "policy_worker", 0, 0, torch.device("cpu"))
+    w.weights[0].publish(policy.model, 0)
+    worker = build_component(w, "rollout_worker", 0, -1, torch.device("cpu"))
+    worker.should_stop = lambda: True  # called only while blocked on the free-slot queue
+    worker.start()
+    for _ in range(10_000):
+        policy.process(drain(w.policy_queues[0]))
+        worker.process(drain(w.rollout_inboxes[0]))
+        if worker.stopped:
+            break
+    assert worker.stopped, "the worker never ran out of slots"
+    assert w.free_slots[0].qsize() == 0
+    queued = sum(len(m[1]) for m in drain(w.learner_queues[0]))
+    total_slots = w.traj[0].num_slots
+    agents = cfg.num_envs_per_worker
+    assert queued + agents * 2 >= total_slots - agents  # everything else waits for the learner
+    worker.close()
+
+
+def _train_cmd(tmp_path, steps, extra=()):
+    return [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", "--experiment=resume",
+            f"--train_dir={tmp_path}", "--num_workers=2", "--num_envs_per_worker=2", "--rollout=16",
+            "--recurrence=8", "--batch_size=64", "--hidden_size=32", "--device=cpu",
+            f"--train_for_env_steps={steps}", "--report_every_sec=0.5", *extra]
+
+
+def test_sigint_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
+    before = shm_segments()
+    proc = subprocess.Popen(_train_cmd(tmp_path, 10**9), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log_file = tmp_path / "resume" / "sf_log.txt"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if log_file.exists() and "env steps" in log_file.read_text() and "reward" in log_file.read_text():
+            text = log_file.read_text()
+            if any(f"env steps {d}" in text for d in "123456789"):
+                break
+        time.sleep(0.5)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the training started no worker processes"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in a terminal does
+    t0 = time.time()
+    out, _ = proc.communicate(timeout=30)
+    assert time.time() - t0 < 15, "stopping took too long"
+    assert proc.returncode == 130, out
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert shm_segments() - before == set()
+    ckpts = sorted((tmp_path / "resume" / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert ckpts
+    first = torch.load(ckpts[-1], weights_only=False)
+    assert first["env_steps"] > 0
+    assert not (tmp_path / "resume" / "done").exists()
+
+    target = first["env_steps"] + 2000
+    done = subprocess.run(_train_cmd(tmp_path, target), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log_text = log_file.read_text()
+    assert f"resumed at train step {first['train_step']}, {first['env_steps']} env steps" in log_text
+    ckpts = sorted((tmp_path / "resume" / "checkpoint_p0").glob("checkpoint_*.pth"))
+    last = torch.load(ckpts[-1], weights_only=False)
+    assert last["env_steps"] >= target
+    assert last["train_step"] > first["train_step"]
+    assert (tmp_path / "resume" / "done").exists()
