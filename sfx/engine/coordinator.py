@@ -149,6 +149,18 @@ def component_inbox(w: Wiring, role: str, index: int, policy: int):
 
 # --------------------------------------------------------------------------- process mode
 
+def _alive(pid: int) -> bool:
+    """Whether the coordinator still runs (our parent is the forkserver, so getppid won't do):
+    a component whose coordinator was killed saves what it must and exits, leaving no orphan."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _component_main(w: Wiring, role: str, index: int, policy: int, stop_event: Any, parent_pid: int) -> None:
     """Entry point of a spawned component process."""
     # Ctrl+C and SIGTERM go to the coordinator, which stops everyone in order (final checkpoint)
@@ -164,7 +176,7 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_event: A
         os.sched_setaffinity(0, {cores[index % len(cores)]})
 
     def stopping() -> bool:
-        return stop_event.is_set() or os.getppid() != parent_pid
+        return stop_event.is_set() or not _alive(parent_pid)
 
     component = None
     try:
@@ -208,7 +220,11 @@ class ProcessRuntime:
 
     def __init__(self, w: Wiring) -> None:
         self.w = w
-        self.ctx = torch.multiprocessing.get_context("spawn")
+        # forkserver: children fork from a clean single-threaded server that imported torch and
+        # sfx once, so they start in a fraction of a second (spawn re-imports everything per
+        # process) and, unlike plain fork, never inherit this process's threads or CUDA state.
+        self.ctx = torch.multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["sfx.engine.coordinator", "sfx.models", "sfx.envs", "gymnasium"])
         self.stop_event = self.ctx.Event()
         self.procs: dict[str, Any] = {}
 
@@ -263,15 +279,15 @@ class SerialRuntime:
             elif hasattr(comp, "start"):  # learners come first in the wiring and publish weights
                 comp.start()
 
-    def step(self, duration_sec: float = 0.05) -> list:
-        end = time.time() + duration_sec
-        while time.time() < end:
-            for role, comp, inbox in self.parts:
-                msgs = drain(inbox)
-                if msgs:
-                    comp.process(msgs)
-                if role == "learner":
-                    comp.maybe_save()
+    def step(self) -> list:
+        """One round: every component handles what waits for it. The coordinator checks its stop
+        conditions between rounds, so a seeded serial run stops at the same step every time."""
+        for role, comp, inbox in self.parts:
+            msgs = drain(inbox)
+            if msgs:
+                comp.process(msgs)
+            if role == "learner":
+                comp.maybe_save()
         return drain(self.w.report_queue)
 
     def dead_components(self) -> list[str]:
@@ -389,9 +405,9 @@ def run_training(cfg: Any) -> dict:
                     log.error("stopping: %s crashed (see the log above)", ", ".join(errors))
                     status = "failed"
                     break
-                dead = [n for n in runtime.dead_components() if n not in stopped]
+                dead = sorted(set(runtime.dead_components()) | stopped)
                 if dead:
-                    log.error("stopping: %s exited unexpectedly", ", ".join(dead))
+                    log.error("stopping: %s exited before being asked to", ", ".join(dead))
                     status = "failed"
                     break
                 if stop_request.requested:

@@ -215,8 +215,8 @@ class Learner:
         self.weights.publish(model, self.train_step)
 
         return {
-            "loss/total": float(loss), "loss/policy": float(policy_loss), "loss/value": float(value_loss),
-            "loss/entropy": float(ent_loss), "loss/kl": float(kl_term),
+            "loss/total": loss.item(), "loss/policy": policy_loss.item(), "loss/value": value_loss.item(),
+            "loss/entropy": ent_loss.item(), "loss/kl": kl_term.item(),
             "entropy": float(masked_mean(entropy.detach(), valids)), "kl": float(masked_mean(kl.detach(), valids)),
             "grad_norm": float(grad_norm), "ratio_mean": float(masked_mean(ratio.detach(), valids)),
             "adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,

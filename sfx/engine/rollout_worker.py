@@ -254,6 +254,7 @@ class RolloutWorker:
 
     def close(self) -> None:
         self.stopped = True
+        self._maybe_report(force=True)
         for env in self.envs:
             try:
                 env.close()

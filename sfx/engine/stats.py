@@ -118,7 +118,7 @@ def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_s
         parts.append(f"{tag}reward {s.mean('reward'):.2f} len {s.mean('len'):.0f} lag {lag:.1f}/{lag_max:.0f}")
     rate = next((f for f in (fps[1], fps[0]) if f > 0), 0.0)
     eta_steps = (target_steps - env_steps) / rate if rate > 0 else float("inf")
-    eta = min(eta_steps, time_limit - elapsed)
+    eta = min(eta_steps, time_limit - elapsed) if time_limit < 1e9 else eta_steps
     parts.append(f"elapsed {format_duration(elapsed)} ETA {format_duration(eta)}")
     return " | ".join(parts)
 

@@ -1,0 +1,34 @@
+"""Pure RL math: V-trace, GAE, PPO losses, action distributions, normalizers.
+
+Tensors and scalars in, tensors out; no processes and no cfg objects here.
+"""
+
+from sfx.algo.distributions import (
+    ActionDistribution,
+    UnsupportedActionSpaceError,
+    action_params_size,
+    action_shape,
+    action_to_env,
+    make_action_distribution,
+)
+from sfx.algo.gae import gae
+from sfx.algo.normalizers import RunningMeanStd
+from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
+from sfx.algo.vtrace import vtrace
+
+__all__ = [
+    "ActionDistribution",
+    "UnsupportedActionSpaceError",
+    "action_params_size",
+    "action_shape",
+    "action_to_env",
+    "make_action_distribution",
+    "gae",
+    "RunningMeanStd",
+    "entropy_loss",
+    "kl_loss",
+    "masked_mean",
+    "ppo_policy_loss",
+    "ppo_value_loss",
+    "vtrace",
+]

@@ -1,0 +1,152 @@
+"""Every command-line flag of the trainer, with its default and help.
+
+Names and defaults follow Sample Factory 1.x so that published command lines keep working.
+Env families add their own flags through :func:`sfx.envs.registry.register_env_family`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+TRUE_STRINGS = ("true", "1", "yes", "y", "on")
+FALSE_STRINGS = ("false", "0", "no", "n", "off")
+
+
+def str2bool(value: str | bool) -> bool:
+    """Parse ``True/False/true/false/1/0`` (also yes/no, on/off) into a bool."""
+    if isinstance(value, bool):
+        return value
+    low = str(value).strip().lower()
+    if low in TRUE_STRINGS:
+        return True
+    if low in FALSE_STRINGS:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False/1/0), got {value!r}")
+
+
+def int_like(value: str | int) -> int:
+    """Parse an integer, also written as ``1e9`` or ``10_000_000`` (must be a whole number)."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer (e.g. 1000000 or 1e6), got {value!r}") from None
+    if not x.is_integer():  # also rejects inf and nan
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
+    return int(x)
+
+
+def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
+    """A boolean flag: ``--name=False``, ``--name false``, ``--name 0``; a bare ``--name`` means True."""
+    group.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
+
+
+def add_default_args(parser: argparse.ArgumentParser) -> None:
+    """Add every flag the trainer itself understands (env families add theirs separately)."""
+    g = parser.add_argument_group("experiment")
+    g.add_argument("--algo", choices=["APPO"], default="APPO", help="training algorithm")
+    g.add_argument("--env", required=True, help="env name: a family prefix and the env, e.g. gym_CartPole-v1")
+    g.add_argument("--experiment", default="default_experiment",
+                   help="experiment folder name under --train_dir; an existing one is resumed")
+    g.add_argument("--train_dir", default="./train_dir", help="root folder of all experiments")
+    g.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                   help="where the learner and policy workers run; gpu falls back to cpu (with a warning) "
+                        "when CUDA is missing")
+    g.add_argument("--seed", type=int, default=None,
+                   help="seed for envs and torch; None = a different run every time")
+    add_bool_arg(g, "serial_mode", False,
+                 "run every component in one process (debugging, bit-for-bit determinism)")
+
+    g = parser.add_argument_group("sampling")
+    g.add_argument("--num_workers", type=int, default=os.cpu_count() or 1,
+                   help="rollout worker processes; defaults to the number of CPU cores")
+    g.add_argument("--num_envs_per_worker", type=int, default=2, help="envs each rollout worker steps")
+    g.add_argument("--worker_num_splits", type=int, default=2,
+                   help="groups each worker's envs are split into (double buffering: one group steps while the "
+                        "other waits for actions); must divide --num_envs_per_worker")
+    g.add_argument("--policy_workers_per_policy", type=int, default=1, help="inference processes per policy")
+    g.add_argument("--num_policies", type=int, default=1, help="policies trained together (agents map to policies)")
+    g.add_argument("--rollout", type=int, default=32, help="trajectory length in agent steps sent to the learner")
+    g.add_argument("--env_frameskip", type=int, default=1,
+                   help="frames per agent step; env_steps are counted in frames (samples * env_frameskip)")
+    g.add_argument("--traj_buffers_excess_ratio", type=float, default=2.0,
+                   help="trajectory buffer slots allocated per slot strictly needed (room for the learner to lag)")
+    add_bool_arg(g, "set_workers_cpu_affinity", True, "pin each rollout worker to one CPU core")
+    g.add_argument("--max_policy_lag", type=int, default=100,
+                   help="samples collected more than this many policy versions ago are dropped")
+
+    g = parser.add_argument_group("learning")
+    g.add_argument("--batch_size", type=int, default=1024, help="samples per minibatch; a multiple of --rollout")
+    g.add_argument("--num_batches_per_iteration", type=int, default=1,
+                   help="minibatches the learner collects before each training iteration")
+    g.add_argument("--ppo_epochs", type=int, default=1, help="passes over each iteration's data")
+    g.add_argument("--recurrence", type=int, default=32,
+                   help="BPTT length in steps; --rollout must be a multiple of it when --use_rnn")
+    g.add_argument("--learning_rate", type=float, default=1e-4, help="Adam learning rate")
+    g.add_argument("--adam_eps", type=float, default=1e-6, help="Adam epsilon")
+    g.add_argument("--adam_beta1", type=float, default=0.9, help="Adam beta1")
+    g.add_argument("--adam_beta2", type=float, default=0.999, help="Adam beta2")
+    g.add_argument("--gamma", type=float, default=0.99, help="discount factor, in (0, 1]")
+    g.add_argument("--gae_lambda", type=float, default=0.95, help="GAE lambda (used when --with_vtrace=False), in [0, 1]")
+    add_bool_arg(g, "with_vtrace", True, "V-trace off-policy correction (IMPALA); False = GAE")
+    g.add_argument("--vtrace_rho", type=float, default=1.0, help="V-trace rho-bar: clip of the importance weights")
+    g.add_argument("--vtrace_c", type=float, default=1.0, help="V-trace c-bar: clip of the trace-cutting weights")
+    g.add_argument("--ppo_clip_ratio", type=float, default=0.1, help="PPO ratio clip: ratio kept in [1-x, 1+x]")
+    g.add_argument("--ppo_clip_value", type=float, default=1.0,
+                   help="PPO value clip around the old value; <= 0 disables value clipping")
+    g.add_argument("--exploration_loss_coeff", type=float, default=0.003, help="entropy bonus coefficient")
+    g.add_argument("--value_loss_coeff", type=float, default=0.5, help="value loss coefficient")
+    g.add_argument("--kl_loss_coeff", type=float, default=0.0,
+                   help="coefficient of KL(behaviour || current) penalty; 0 = off")
+    g.add_argument("--max_grad_norm", type=float, default=4.0, help="gradient norm clip; <= 0 disables clipping")
+    g.add_argument("--reward_scale", type=float, default=1.0, help="rewards are multiplied by this before clipping")
+    g.add_argument("--reward_clip", type=float, default=10.0, help="scaled rewards are clipped to [-x, x]")
+
+    g = parser.add_argument_group("model")
+    add_bool_arg(g, "use_rnn", True, "recurrent core after the encoder")
+    g.add_argument("--rnn_type", choices=["gru", "lstm"], default="gru", help="recurrent core type")
+    g.add_argument("--rnn_num_layers", type=int, default=1, help="recurrent core layers")
+    g.add_argument("--hidden_size", type=int, default=512, help="width of the encoder output and the core")
+    g.add_argument("--encoder_type", choices=["conv", "resnet", "mlp"], default="conv",
+                   help="encoder for image observations (vector observations always use an MLP)")
+    g.add_argument("--encoder_subtype", choices=["convnet_simple", "convnet_impala", "resnet_impala", "mlp_mujoco"],
+                   default="convnet_simple", help="encoder architecture")
+    g.add_argument("--nonlinearity", choices=["elu", "relu", "tanh"], default="elu", help="activation function")
+    g.add_argument("--obs_scale", type=float, default=255.0, help="image observations are divided by this")
+    add_bool_arg(g, "normalize_input", True, "normalize observations with running mean and std")
+    add_bool_arg(g, "normalize_returns", True, "train the value head on normalized returns")
+
+    g = parser.add_argument_group("stopping, checkpoints and reporting")
+    g.add_argument("--train_for_env_steps", type=int_like, default=10_000_000_000,
+                   help="stop after this many env steps (frames); 1e9 notation accepted")
+    g.add_argument("--train_for_seconds", type=int_like, default=10_000_000_000, help="stop after this many seconds")
+    g.add_argument("--save_every_sec", type=float, default=120, help="checkpoint period in seconds")
+    g.add_argument("--keep_checkpoints", type=int, default=3, help="newest checkpoints kept per policy")
+    g.add_argument("--save_milestones_sec", type=int, default=-1,
+                   help="copy a checkpoint into milestones/ this often (never pruned); -1 = never")
+    g.add_argument("--experiment_summaries_interval", type=float, default=20,
+                   help="seconds between TensorBoard summaries")
+    g.add_argument("--report_every_sec", type=float, default=5.0, help="seconds between status lines in the log")
+    g.add_argument("--stats_avg", type=int, default=100, help="episodes averaged for reported reward and length")
+
+
+def add_eval_args(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``python -m sfx.enjoy`` (evaluate, render, record a video)."""
+    g = parser.add_argument_group("evaluation")
+    g.add_argument("--max_num_episodes", type=int_like, default=10, help="stop after this many episodes")
+    g.add_argument("--max_num_frames", type=int_like, default=1_000_000_000, help="stop after this many frames")
+    g.add_argument("--no_render", action="store_true", help="do not open a window")
+    g.add_argument("--save_video", action="store_true", help="record the episodes to a video")
+    g.add_argument("--video_name", default=None,
+                   help="video file name inside the experiment folder (None = replay.mp4)")
+    g.add_argument("--policy_index", type=int, default=0, help="which policy (of --num_policies) to evaluate")
+    g.add_argument("--deterministic", action="store_true",
+                   help="take the most likely action instead of sampling")
+    g.add_argument("--fps", type=int, default=0, help="render at most this many frames per second; 0 = no limit")

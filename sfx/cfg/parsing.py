@@ -1,0 +1,181 @@
+"""Command line -> cfg: env family flags, resume from cfg.json, explicit-flag overrides, validation."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import difflib
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from sfx.cfg.arguments import add_default_args, add_eval_args
+from sfx.cfg.errors import ConfigError
+from sfx.cfg.validation import validate_cfg
+
+log = logging.getLogger(__name__)
+
+CFG_FILE = "cfg.json"
+# Stored next to the flags in cfg; not flags themselves.
+META_FIELDS = ("explicit_args", "command_line")
+
+
+class ArgParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are :class:`ConfigError` (one line) instead of usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def _new_parser(**kwargs: Any) -> ArgParser:
+    return ArgParser(prog="python -m sfx.train", allow_abbrev=False,
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kwargs)
+
+
+def build_parser(env: str | None, evaluation: bool = False) -> ArgParser:
+    """The full parser: trainer flags, the env family's flags and default overrides, evaluation flags.
+
+    ``env=None`` gives the parser without any family (used for ``--help`` without ``--env``).
+    """
+    from sfx.envs.registry import find_family  # sfx.envs imports ConfigError from this package
+
+    parser = _new_parser(description="Train (or, with sfx.enjoy, evaluate) an agent with asynchronous APPO.")
+    if evaluation:
+        parser.prog = "python -m sfx.enjoy"
+    add_default_args(parser)
+    if env is not None:
+        family = find_family(env)
+        if family.add_params_fn is not None:
+            family.add_params_fn(parser)
+        known = {a.dest for a in parser._actions}
+        unknown = sorted(set(family.default_overrides) - known)
+        if unknown:
+            raise ValueError(f"env family {family.prefix!r} overrides defaults of unknown flags: {unknown}")
+        parser.set_defaults(**family.default_overrides)
+    if evaluation:
+        add_eval_args(parser)
+    return parser
+
+
+def _pre_parse(argv: list[str]) -> argparse.Namespace:
+    pre = _new_parser(add_help=False)
+    pre.add_argument("--env", default=None)
+    pre.add_argument("--experiment", default="default_experiment")
+    pre.add_argument("--train_dir", default="./train_dir")
+    args, _ = pre.parse_known_args(argv)
+    return args
+
+
+def explicit_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """Names of the flags given on the command line (``--x=1`` and ``--x 1`` forms alike).
+
+    Parses ``argv`` again with every default suppressed, so only given flags land in the namespace.
+    Comparing values with the defaults would miss a flag given with its default value.
+    """
+    silent = copy.deepcopy(parser)
+    silent._defaults = {}  # parser-level defaults (env family overrides) would look given
+    for action in silent._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return set(vars(silent.parse_known_args(argv)[0]))
+
+
+def _check_unknown(parser: argparse.ArgumentParser, extras: list[str]) -> None:
+    if not extras:
+        return
+    first = extras[0]
+    flags = [s for a in parser._actions for s in a.option_strings]
+    close = difflib.get_close_matches(first.split("=", 1)[0], flags, n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise ConfigError(f"unrecognized argument {first!r}{hint}; --help lists every flag")
+
+
+def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False) -> argparse.Namespace:
+    """Parse the command line into the cfg of a training (or, with ``evaluation=True``, of sfx.enjoy).
+
+    An existing ``train_dir/experiment/cfg.json`` is resumed: its values replace the defaults and
+    every flag given on the command line replaces them in turn. Flags newer than the saved cfg get
+    their defaults. ``cfg.explicit_args`` is the sorted list of flags given on the command line,
+    ``cfg.command_line`` the command line itself.
+
+    Raises:
+        ConfigError: on anything wrong with the command line, the env name, the experiment folder.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = _pre_parse(argv)
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    if pre.env is None:
+        if wants_help:
+            build_parser(None, evaluation).parse_args(["--help"])  # prints help and exits
+        from sfx.envs.registry import registered_prefixes
+
+        raise ConfigError(f"--env is required, e.g. --env=gym_CartPole-v1 (env families: "
+                          f"{', '.join(registered_prefixes())})")
+
+    parser = build_parser(pre.env, evaluation)
+    cfg, extras = parser.parse_known_args(argv)
+    _check_unknown(parser, extras)
+    explicit = explicit_flags(parser, argv)
+
+    cfg_file = Path(pre.train_dir).expanduser() / pre.experiment / CFG_FILE
+    if cfg_file.is_file():
+        from sfx.experiment.cfg_io import load_cfg  # sfx.experiment imports ConfigError from this package
+
+        saved = load_cfg(cfg_file)
+        _resume(cfg, saved, explicit, cfg_file)
+    elif evaluation:
+        raise ConfigError(f"no experiment at {cfg_file.parent} (no {CFG_FILE}): train first, "
+                          f"e.g. python -m sfx.train --env={pre.env} --experiment={pre.experiment} "
+                          f"--train_dir={pre.train_dir}")
+
+    cfg.explicit_args = sorted(explicit)
+    cfg.command_line = " ".join(shlex.quote(a) for a in argv)
+    validate_cfg(cfg, evaluation=evaluation, check_paths=not evaluation or cfg.save_video)
+    _validate_family(cfg)
+    return cfg
+
+
+def _resume(cfg: argparse.Namespace, saved: dict, explicit: set[str], cfg_file: Path) -> None:
+    """Saved values over defaults, explicit flags over saved values (in place)."""
+    train_dir, experiment = cfg.train_dir, cfg.experiment
+    current = vars(cfg)
+    dropped = sorted(k for k in saved if k not in current and k not in META_FIELDS)
+    if dropped:
+        log.debug("%s: ignoring saved values of flags that no longer exist: %s", cfg_file, dropped)
+    saved_env = saved.get("env")
+    if saved_env is not None and saved_env != cfg.env:
+        log.warning("--env=%s differs from env %s saved in %s: using %s", cfg.env, saved_env, cfg_file, cfg.env)
+    for key, value in saved.items():
+        if key in current and key not in explicit:
+            current[key] = value
+    # the folder was found where this command line points (it may have moved since it was saved)
+    cfg.train_dir, cfg.experiment = train_dir, experiment
+
+
+def _validate_family(cfg: argparse.Namespace) -> None:
+    from sfx.envs.registry import find_family
+
+    family = find_family(cfg.env)
+    if family.validate_fn is not None:
+        family.validate_fn(cfg)
+
+
+def default_cfg(env: str = "gym_CartPole-v1", evaluation: bool = False, **overrides: Any) -> argparse.Namespace:
+    """The default cfg of ``env`` with ``overrides`` (for tests and notebooks).
+
+    Never reads or writes an experiment folder. Unknown override names are a ConfigError (typos).
+    """
+    parser = build_parser(env, evaluation)
+    cfg = parser.parse_args([f"--env={env}"])
+    unknown = sorted(set(overrides) - set(vars(cfg)))
+    if unknown:
+        raise ConfigError(f"default_cfg got unknown fields {unknown}; they are not flags of --env={env}")
+    for key, value in overrides.items():
+        setattr(cfg, key, str(value) if key == "train_dir" else value)
+    cfg.explicit_args = sorted({"env", *overrides})
+    cfg.command_line = ""
+    validate_cfg(cfg, evaluation=evaluation, check_paths=False)
+    _validate_family(cfg)
+    return cfg

@@ -1,0 +1,92 @@
+"""Checks on a parsed cfg: every problem is one ConfigError line naming the value and what is allowed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sfx.cfg.errors import ConfigError
+
+# Counts and sizes that make no sense at zero or below.
+POSITIVE_INTS = (
+    "num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "recurrence", "batch_size",
+    "num_batches_per_iteration", "ppo_epochs", "hidden_size", "rnn_num_layers", "num_policies",
+    "policy_workers_per_policy", "keep_checkpoints", "max_policy_lag", "stats_avg", "env_frameskip",
+    "train_for_env_steps", "train_for_seconds",
+)
+POSITIVE_FLOATS = (
+    "learning_rate", "adam_eps", "obs_scale", "report_every_sec", "traj_buffers_excess_ratio",
+    "vtrace_rho", "vtrace_c", "ppo_clip_ratio", "reward_scale", "save_every_sec", "experiment_summaries_interval",
+)
+EVAL_POSITIVE_INTS = ("max_num_episodes", "max_num_frames")
+
+
+def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -> None:
+    """Raise :class:`ConfigError` on the first invalid value of ``cfg``.
+
+    ``check_paths`` also makes sure ``--train_dir`` exists (it is created) and is writable.
+    """
+    for name in POSITIVE_INTS:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"--{name}={value} must be a positive integer (> 0)")
+    for name in POSITIVE_FLOATS:
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ConfigError(f"--{name}={value} must be > 0")
+
+    if not 0.0 < cfg.gamma <= 1.0:
+        raise ConfigError(f"--gamma={cfg.gamma} must be in (0, 1]")
+    if not 0.0 <= cfg.gae_lambda <= 1.0:
+        raise ConfigError(f"--gae_lambda={cfg.gae_lambda} must be in [0, 1]")
+    for name in ("adam_beta1", "adam_beta2"):
+        value = getattr(cfg, name)
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"--{name}={value} must be in [0, 1)")
+    for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff"):
+        value = getattr(cfg, name)
+        if value < 0:
+            raise ConfigError(f"--{name}={value} must be >= 0")
+    if cfg.save_milestones_sec <= 0 and cfg.save_milestones_sec != -1:
+        raise ConfigError(f"--save_milestones_sec={cfg.save_milestones_sec} must be > 0, or -1 for never")
+    if cfg.seed is not None and cfg.seed < 0:
+        raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
+
+    if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
+        raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
+                          f"--worker_num_splits={cfg.worker_num_splits}")
+    if cfg.batch_size % cfg.rollout != 0:
+        raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of --rollout={cfg.rollout}")
+    if cfg.use_rnn and cfg.rollout % cfg.recurrence != 0:
+        raise ConfigError(f"--rollout={cfg.rollout} must be a multiple of --recurrence={cfg.recurrence} "
+                          f"(with --use_rnn=True)")
+    if not str(cfg.experiment).strip():
+        raise ConfigError("--experiment must not be empty")
+
+    if evaluation:
+        for name in EVAL_POSITIVE_INTS:
+            value = getattr(cfg, name)
+            if value <= 0:
+                raise ConfigError(f"--{name}={value} must be a positive integer (> 0)")
+        if not 0 <= cfg.policy_index < cfg.num_policies:
+            raise ConfigError(f"--policy_index={cfg.policy_index} must be in [0, {cfg.num_policies - 1}] "
+                              f"(the experiment has --num_policies={cfg.num_policies})")
+        if cfg.fps < 0:
+            raise ConfigError(f"--fps={cfg.fps} must be >= 0 (0 = as fast as possible)")
+
+    if check_paths:
+        check_writable_dir(cfg.train_dir, "--train_dir")
+
+
+def check_writable_dir(path: str | os.PathLike, flag: str) -> None:
+    """Create ``path`` if needed and write a temp file into it, so a bad folder fails now, not in a worker."""
+    p = Path(path).expanduser()
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p, prefix=".sfx_write_test_"):
+            pass
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ConfigError(f"{flag}={path} is not a writable folder: {reason}") from None

@@ -1,0 +1,135 @@
+"""Env families: a name prefix (``gym_``, ``doom_`` ...) -> how to make the env, its extra flags and defaults.
+
+``--env=gym_CartPole-v1`` belongs to the family whose prefix is the longest one matching the name.
+Built-in families are imported only when an env name asks for them, so a missing optional
+dependency (vizdoom, ale-py ...) matters only to the users of that family.
+
+Registering your own family (before parsing the command line)::
+
+    def make_my_env(full_env_name, cfg, env_config, render_mode=None):
+        return MyGymnasiumEnv(...)   # a gymnasium.Env (wrapped as 1 agent) or a MultiAgentEnv
+
+    register_env_family("my_", make_my_env, add_params_fn=lambda parser: parser.add_argument(...),
+                        default_overrides={"encoder_type": "mlp"})
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium
+
+from sfx.cfg.errors import ConfigError
+from sfx.envs.multi_agent import MultiAgentEnv, SingleAgentEnvAdapter
+
+log = logging.getLogger(__name__)
+
+MakeEnvFn = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=None) -> env
+AddParamsFn = Callable[[argparse.ArgumentParser], None]
+ValidateFn = Callable[[argparse.Namespace], None]
+
+
+@dataclass(frozen=True)
+class EnvFamily:
+    """One registered family of envs."""
+
+    prefix: str
+    make_env_fn: MakeEnvFn
+    add_params_fn: AddParamsFn | None = None
+    default_overrides: dict = field(default_factory=dict)
+    validate_fn: ValidateFn | None = None
+
+
+# prefix -> module whose import (then ``register_family()``) registers it; loaded on first use
+BUILTIN_FAMILIES: dict[str, str] = {
+    "gym_": "sfx.envs.gym",
+}
+
+_families: dict[str, EnvFamily] = {}
+
+
+def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
+                        default_overrides: dict | None = None, validate_fn: ValidateFn | None = None) -> None:
+    """Register (or replace) the family of envs whose names start with ``prefix``.
+
+    Args:
+        prefix: e.g. ``"gym_"``; env names are ``prefix + rest``.
+        make_env_fn: ``(full_env_name, cfg, env_config, render_mode=None)`` -> a :class:`MultiAgentEnv`
+            or a gymnasium env (wrapped as one agent with auto-reset).
+        add_params_fn: adds the family's own flags to the parser.
+        default_overrides: flag name -> default for this family (the user can still override it).
+        validate_fn: ``(cfg) -> None``, raises :class:`ConfigError` on a bad env name or family flag.
+    """
+    if not prefix or not isinstance(prefix, str):
+        raise ValueError(f"an env family prefix must be a non-empty string, got {prefix!r}")
+    if prefix in _families:
+        log.debug("env family %r registered again: the new one replaces the old", prefix)
+    _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, dict(default_overrides or {}), validate_fn)
+
+
+def unregister_env_family(prefix: str) -> None:
+    """Forget a registered family (tests, notebooks). Built-in ones come back on their next lookup."""
+    _families.pop(prefix, None)
+
+
+def registered_prefixes() -> list[str]:
+    """Every prefix that can be used: registered ones and the (lazily loaded) built-in ones."""
+    return sorted(set(_families) | set(BUILTIN_FAMILIES))
+
+
+def find_family(env_name: str) -> EnvFamily:
+    """The family of ``env_name`` (longest matching prefix); :class:`ConfigError` if there is none."""
+    candidates = [p for p in registered_prefixes() if env_name.startswith(p) and len(env_name) > len(p)]
+    if not candidates:
+        raise ConfigError(f"--env={env_name} matches no env family; names start with one of: "
+                          f"{', '.join(registered_prefixes())}")
+    prefix = max(candidates, key=len)
+    if prefix not in _families:
+        _load_builtin(prefix)
+    return _families[prefix]
+
+
+def _load_builtin(prefix: str) -> None:
+    module_name = BUILTIN_FAMILIES[prefix]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"env family {prefix} is not available: {e} (install its dependencies)") from None
+    module.register_family()
+    if prefix not in _families:
+        raise RuntimeError(f"{module_name}.register_family() did not register the {prefix!r} family")
+
+
+def env_seed(cfg: Any, env_config: dict | None) -> int | None:
+    """Seed of one env: ``cfg.seed + env_id`` (``None`` when the run is not seeded)."""
+    seed = getattr(cfg, "seed", None)
+    if seed is None:
+        return None
+    env_id = (env_config or {}).get("env_id", 0)
+    # env_id is -1 for the probe env the coordinator makes; keep seeds non-negative for gymnasium
+    return max(0, int(seed) + int(env_id))
+
+
+def make_env(cfg: Any, env_config: dict | None = None, render_mode: str | None = None) -> MultiAgentEnv:
+    """Make the env named by ``cfg.env``; a single-agent gymnasium env comes back as a 1-agent MultiAgentEnv.
+
+    Args:
+        cfg: the parsed config (``cfg.env`` names the env).
+        env_config: ``worker_index``, ``vector_index``, ``env_id`` (global index, used for seeding).
+        render_mode: passed to the env (``"human"``, ``"rgb_array"`` or ``None``).
+    """
+    env_config = dict(env_config) if env_config is not None else {"worker_index": 0, "vector_index": 0, "env_id": 0}
+    family = find_family(cfg.env)
+    env = family.make_env_fn(cfg.env, cfg, env_config, render_mode=render_mode)
+    if isinstance(env, MultiAgentEnv):
+        return env
+    if isinstance(env, gymnasium.Env):
+        return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))
+    if all(hasattr(env, a) for a in ("num_agents", "reset", "step", "observation_space", "action_space")):
+        return env  # duck-typed multi-agent env
+    raise TypeError(f"env family {family.prefix!r} returned {type(env).__name__}, "
+                    f"expected a MultiAgentEnv or a gymnasium.Env")

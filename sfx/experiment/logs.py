@@ -1,0 +1,93 @@
+"""Logging: every process writes ``[time][process] message`` lines to stderr and to the shared sf_log.txt."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from sfx.experiment.paths import log_path
+
+_SFX_HANDLER = "_sfx_handler"  # marks the handlers installed here, so a second call replaces them
+
+
+class LineFormatter(logging.Formatter):
+    """``[2024-01-01 12:00:00,123][learner_0] message``; the level is shown only when it is not INFO."""
+
+    def __init__(self, process_name: str) -> None:
+        super().__init__()
+        self.process_name = process_name
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno != logging.INFO:
+            message = f"{record.levelname}: {message}"
+        if record.exc_info:
+            message = f"{message}\n{self.formatException(record.exc_info)}"
+        return f"[{self.formatTime(record)}][{self.process_name}] {message}"
+
+
+class AppendFileHandler(logging.StreamHandler):
+    """Appends to a file shared by many processes.
+
+    The file is opened in append mode (O_APPEND: every write lands at the current end, whoever else
+    wrote) and line-buffered, so each record goes out in one write instead of interleaving mid-line.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        super().__init__(open(path, "a", buffering=1, encoding="utf-8"))
+
+    def close(self) -> None:
+        try:
+            self.acquire()
+            try:
+                if self.stream and not self.stream.closed:
+                    self.stream.close()
+            finally:
+                self.release()
+        finally:
+            super().close()
+
+
+def remove_logging() -> None:
+    """Remove (and close) the handlers :func:`setup_logging` installed on the root logger."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, _SFX_HANDLER, False):
+            root.removeHandler(handler)
+            handler.close()
+
+
+def setup_logging(cfg_or_path: Any, process_name: str, level: int = logging.INFO) -> Path | None:
+    """Configure the root logger of this process; calling it again replaces the previous setup.
+
+    Args:
+        cfg_or_path: a cfg (logs go to its experiment's ``sf_log.txt``), a log file path, or
+            ``None`` (stderr only).
+        process_name: shown in every line (``coordinator``, ``rollout_worker_3`` ...).
+    Returns:
+        the log file's path, or ``None``.
+    """
+    if cfg_or_path is None:
+        path = None
+    elif isinstance(cfg_or_path, (str, os.PathLike)):
+        path = Path(cfg_or_path)
+    else:
+        path = log_path(cfg_or_path)
+
+    remove_logging()
+    formatter = LineFormatter(process_name)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if path is not None:
+        handlers.append(AppendFileHandler(path))
+    root = logging.getLogger()
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        setattr(handler, _SFX_HANDLER, True)
+        root.addHandler(handler)
+    root.setLevel(level)
+    return path

@@ -1,0 +1,45 @@
+"""Where everything of an experiment lives: ``train_dir/experiment/``.
+
+Pure functions of the cfg (nothing is created here)::
+
+    train_dir/experiment/
+        cfg.json                 saved cfg (resume)
+        sf_log.txt               the log of every process
+        done                     written when training finished normally
+        checkpoint_p{N}/         checkpoints of policy N (+ milestones/)
+        .summary/{N}/            TensorBoard event files of policy N
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def experiment_dir(cfg: Any) -> Path:
+    """``train_dir/experiment``."""
+    return Path(cfg.train_dir).expanduser() / cfg.experiment
+
+
+def cfg_path(cfg: Any) -> Path:
+    return experiment_dir(cfg) / "cfg.json"
+
+
+def log_path(cfg: Any) -> Path:
+    return experiment_dir(cfg) / "sf_log.txt"
+
+
+def done_path(cfg: Any) -> Path:
+    return experiment_dir(cfg) / "done"
+
+
+def summary_dir(cfg: Any, policy_id: int) -> Path:
+    return experiment_dir(cfg) / ".summary" / str(policy_id)
+
+
+def checkpoint_dir(cfg: Any, policy_id: int) -> Path:
+    return experiment_dir(cfg) / f"checkpoint_p{policy_id}"
+
+
+def milestones_dir(cfg: Any, policy_id: int) -> Path:
+    return checkpoint_dir(cfg, policy_id) / "milestones"

@@ -1,0 +1,179 @@
+"""The actor-critic: preprocess -> encoder -> core -> (action params head, value head).
+
+One network serves both roles: policy workers call ``forward_step`` (one observation per agent,
+recurrent state in and out), learners call ``forward_sequence`` (``[B, T]`` chunks with episode
+resets inside) and the two agree exactly, so training on sequences sees what acting saw.
+
+Preprocessing, before any encoder (built-in or custom):
+
+* integer (e.g. uint8) image observations are divided by ``cfg.obs_scale``;
+* 1-D observations are standardized by a running mean/std when ``cfg.normalize_input``;
+  its statistics are buffers (they travel in ``state_dict`` and in published weights) and are
+  updated only through ``update_obs_normalizer`` by the learner.
+
+With ``cfg.normalize_returns`` the value head predicts returns standardized by
+``returns_normalizer`` (the learner updates it from its targets); ``values`` are always given back
+in the env's reward scale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+
+from sfx.algo.distributions import action_params_size
+from sfx.algo.normalizers import RunningMeanStd
+from sfx.cfg import ConfigError
+from sfx.models.cores import make_core
+from sfx.models.encoders import init_weights, make_builtin_encoder
+from sfx.models.registry import resolve_encoder
+
+POLICY_HEAD_GAIN = 0.01  # near-uniform initial policy (Andrychowicz et al. 2021, "What matters in on-policy RL")
+
+
+class ActorCritic(nn.Module):
+    """Shared-trunk actor-critic over one observation / action space pair.
+
+    Attributes:
+        obs_space, action_space: the gymnasium spaces it was built for.
+        encoder: observation ``[N, *obs_shape]`` -> ``[N, encoder.out_size]``.
+        core: ``IdentityCore`` or ``RnnCore`` (see ``sfx.models.cores`` for the state layout).
+        rnn_state_size: flat recurrent state size ``S`` (0 without an RNN; callers then keep
+            one dummy column, which is passed through).
+        action_params_size: ``P``, width of ``action_params``.
+        obs_normalizer, returns_normalizer: ``RunningMeanStd`` or ``None``.
+    """
+
+    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space,
+                 encoder: nn.Module | None = None):
+        super().__init__()
+        self.obs_space = obs_space
+        self.action_space = action_space
+        obs_shape = tuple(getattr(obs_space, "shape", None) or ())
+        obs_dtype = getattr(obs_space, "dtype", None)
+
+        is_box = isinstance(obs_space, gym.spaces.Box)
+        self.obs_scale = float(getattr(cfg, "obs_scale", 255.0))
+        if is_box and self.obs_scale <= 0:
+            raise ConfigError(f"obs_scale {self.obs_scale} is not valid; allowed: a number > 0")
+        self.scale_obs = is_box and len(obs_shape) >= 2 and obs_dtype is not None and np.issubdtype(obs_dtype, np.integer)
+        if is_box and len(obs_shape) == 1 and getattr(cfg, "normalize_input", True):
+            self.obs_normalizer: RunningMeanStd | None = RunningMeanStd(obs_shape)
+        else:
+            self.obs_normalizer = None
+        # returns are not clipped: a clipped target would cap what the critic can learn
+        self.returns_normalizer: RunningMeanStd | None = (
+            RunningMeanStd((), clip=None) if getattr(cfg, "normalize_returns", False) else None)
+
+        if encoder is None:
+            name, factory = resolve_encoder(cfg, obs_space)
+            if factory is None:
+                encoder = make_builtin_encoder(name, cfg, obs_shape)
+                init_weights(encoder, getattr(cfg, "policy_initialization", "orthogonal"),
+                             float(getattr(cfg, "policy_init_gain", 1.0)))
+            else:
+                encoder = factory(cfg, obs_space)
+        out_size = getattr(encoder, "out_size", None)
+        if not isinstance(encoder, nn.Module) or not isinstance(out_size, (int, np.integer)) or out_size <= 0:
+            raise ConfigError(f"encoder {type(encoder).__name__} has out_size {out_size!r}; "
+                              f"allowed: an nn.Module with an integer out_size > 0")
+        self.encoder = encoder
+
+        self.core = make_core(cfg, int(out_size))
+        self.rnn_state_size: int = self.core.state_size
+        self.action_params_size: int = action_params_size(action_space)
+
+        self.action_head = nn.Linear(self.core.out_size, self.action_params_size)
+        self.value_head = nn.Linear(self.core.out_size, 1)
+        nn.init.orthogonal_(self.action_head.weight, gain=POLICY_HEAD_GAIN)
+        nn.init.zeros_(self.action_head.bias)
+        nn.init.orthogonal_(self.value_head.weight, gain=1.0)
+        nn.init.zeros_(self.value_head.bias)
+
+    # ----- normalizers -----------------------------------------------------------------------
+
+    def preprocess_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw observations ``[N, *obs_shape]`` (as stored in buffers) -> float encoder input."""
+        if self.scale_obs:
+            return obs.float() / self.obs_scale
+        if self.obs_normalizer is not None:
+            return self.obs_normalizer.normalize(obs.float())
+        return obs.float()
+
+    @torch.no_grad()
+    def update_obs_normalizer(self, obs: torch.Tensor) -> None:
+        """Fold raw observations ``[..., *obs_shape]`` into the input statistics (no-op if disabled)."""
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.update(obs.float())
+
+    def normalize_values(self, v: torch.Tensor) -> torch.Tensor:
+        """Returns in the reward scale -> the value head's scale (identity if disabled)."""
+        return v if self.returns_normalizer is None else self.returns_normalizer.normalize(v)
+
+    def denormalize_values(self, v: torch.Tensor) -> torch.Tensor:
+        """The value head's scale -> the reward scale (identity if disabled)."""
+        return v if self.returns_normalizer is None else self.returns_normalizer.denormalize(v)
+
+    # ----- forward passes --------------------------------------------------------------------
+
+    def forward_step(self, obs: torch.Tensor, rnn_states: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step for a batch of agents.
+
+        Args:
+            obs: ``[B, *obs_shape]`` raw observations.
+            rnn_states: ``[B, S]`` state before this step (``S >= 1``; ignored without an RNN).
+
+        Returns:
+            ``action_params [B, P]``, ``values [B]`` (reward scale), ``values_normalized [B]``,
+            ``new_rnn_states [B, S]``.
+        """
+        x = self.encoder(self.preprocess_obs(obs))
+        x, new_states = self.core.forward_step(x, rnn_states)
+        values_norm = self.value_head(x).squeeze(-1)
+        return {
+            "action_params": self.action_head(x),
+            "values": self.denormalize_values(values_norm),
+            "values_normalized": values_norm,
+            "new_rnn_states": new_states,
+        }
+
+    def forward_sequence(self, obs: torch.Tensor, rnn_init: torch.Tensor,
+                         resets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``T`` steps of ``B`` sequences at once; equals ``T`` calls of ``forward_step``.
+
+        Args:
+            obs: ``[B, T, *obs_shape]`` raw observations.
+            rnn_init: ``[B, S]`` state before step 0.
+            resets: ``[B, T]`` bool; True zeroes the state before that step (episode start).
+
+        Returns:
+            ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``.
+        """
+        B, T = obs.shape[:2]
+        x = self.encoder(self.preprocess_obs(obs.reshape(B * T, *obs.shape[2:])))
+        x = self.core.forward_sequence(x.reshape(B, T, -1), rnn_init, resets)
+        x = x.reshape(B * T, -1)
+        values_norm = self.value_head(x).reshape(B, T)
+        return {
+            "action_params": self.action_head(x).reshape(B, T, -1),
+            "values_normalized": values_norm,
+            "values": self.denormalize_values(values_norm),
+        }
+
+
+def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    """Build the actor-critic ``cfg`` describes for these spaces.
+
+    Reads (each with a default, so any namespace works): ``encoder_type`` (conv | resnet | mlp |
+    a registered name), ``encoder_subtype``, ``hidden_size``, ``use_rnn``, ``rnn_type``,
+    ``rnn_num_layers``, ``normalize_input``, ``normalize_returns``, ``obs_scale``,
+    ``nonlinearity``, ``policy_initialization``, ``policy_init_gain``.
+    """
+    hidden = getattr(cfg, "hidden_size", 512)
+    if not isinstance(hidden, (int, np.integer)) or hidden < 1:
+        raise ConfigError(f"hidden_size {hidden!r} is not valid; allowed: an integer >= 1")
+    return ActorCritic(cfg, obs_space, action_space)

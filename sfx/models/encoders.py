@@ -1,0 +1,184 @@
+"""Built-in encoders: observation ``[N, *obs_shape]`` (float) -> features ``[N, out_size]``.
+
+* ``mlp``: two fully connected layers of ``hidden_size`` (vector observations; images flattened).
+* ``convnet_simple``: conv 8x8/4 x32, 4x4/2 x64, 3x3/2 x128, fc ``hidden_size`` (the classic
+  Atari-style stack with a third layer).
+* ``convnet_impala``: the IMPALA "shallow" network (Espeholt et al. 2018, fig. 3 left):
+  conv 8x8/4 x16, 4x4/2 x32; its fc 256 becomes fc ``hidden_size``.
+* ``resnet_impala``: the IMPALA "deep" network (Espeholt et al. 2018, fig. 3 right): three stages
+  of 16, 32, 32 channels, each conv 3x3 + max-pool 3x3/2 + two residual blocks; fc ``hidden_size``.
+
+Image encoders take the env's layout: ``[N, H, W, C]`` when the last dimension looks like
+channels (1, 3 or 4) and the first does not, else ``[N, C, H, W]``; a 2-D observation is one
+channel. They permute to CHW themselves, so buffers keep what the env produced (no copy on the
+rollout side).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+
+from sfx.cfg import ConfigError
+
+NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+INITIALIZATIONS = ("orthogonal", "xavier_uniform", "torch_default")
+_CHANNEL_COUNTS = (1, 3, 4)
+
+
+def make_nonlinearity(name: str) -> nn.Module:
+    """``elu`` | ``relu`` | ``tanh`` as a module."""
+    if name not in NONLINEARITIES:
+        raise ConfigError(f"nonlinearity {name!r} is not known; allowed: {', '.join(NONLINEARITIES)}")
+    return NONLINEARITIES[name]()
+
+
+def is_channels_last(obs_shape: Sequence[int]) -> bool:
+    """True when a 3-D observation is HWC (what gymnasium image envs produce)."""
+    return len(obs_shape) == 3 and obs_shape[-1] in _CHANNEL_COUNTS and obs_shape[0] not in _CHANNEL_COUNTS
+
+
+def chw_shape(obs_shape: Sequence[int]) -> tuple[int, int, int]:
+    """The (C, H, W) an image observation is fed to convolutions as."""
+    shape = tuple(int(d) for d in obs_shape)
+    if len(shape) == 2:
+        return (1, *shape)
+    if len(shape) != 3:
+        raise ConfigError(f"observation shape {shape} is not an image; allowed for conv/resnet encoders: "
+                          f"(H, W), (H, W, C) or (C, H, W)")
+    if is_channels_last(shape):
+        return (shape[2], shape[0], shape[1])
+    return shape
+
+
+class ImageEncoder(nn.Module):
+    """Shared wiring of the conv encoders: layout to CHW, conv stack, flatten, fc ``hidden_size``."""
+
+    def __init__(self, obs_shape: Sequence[int], convs: nn.Module, hidden_size: int, nonlinearity: str):
+        super().__init__()
+        self.obs_ndim = len(obs_shape)
+        self.channels_last = is_channels_last(obs_shape)
+        self.convs = convs
+        c, h, w = chw_shape(obs_shape)
+        with torch.no_grad():
+            conv_out = self.convs(torch.zeros(1, c, h, w)).numel()
+        self.conv_out_size = int(conv_out)
+        self.fc = nn.Sequential(nn.Linear(self.conv_out_size, hidden_size), make_nonlinearity(nonlinearity))
+        self.out_size = hidden_size
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs [N, *obs_shape]`` float -> ``[N, hidden_size]``."""
+        if self.obs_ndim == 2:
+            x = obs.unsqueeze(1)
+        elif self.channels_last:
+            # a permuted view is channels_last in memory, which conv kernels accept directly
+            x = obs.permute(0, 3, 1, 2)
+        else:
+            x = obs
+        return self.fc(self.convs(x).flatten(1))
+
+
+def _conv_stack(in_channels: int, layers: Sequence[tuple[int, int, int]], nonlinearity: str) -> nn.Sequential:
+    """``layers``: (out_channels, kernel, stride) each, every conv followed by the nonlinearity."""
+    modules: list[nn.Module] = []
+    c = in_channels
+    for out_c, k, s in layers:
+        modules += [nn.Conv2d(c, out_c, k, stride=s), make_nonlinearity(nonlinearity)]
+        c = out_c
+    return nn.Sequential(*modules)
+
+
+def convnet_simple(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
+    nl = getattr(cfg, "nonlinearity", "elu")
+    convs = _conv_stack(chw_shape(obs_shape)[0], [(32, 8, 4), (64, 4, 2), (128, 3, 2)], nl)
+    return ImageEncoder(obs_shape, convs, getattr(cfg, "hidden_size", 512), nl)
+
+
+def convnet_impala(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
+    nl = getattr(cfg, "nonlinearity", "elu")
+    convs = _conv_stack(chw_shape(obs_shape)[0], [(16, 8, 4), (32, 4, 2)], nl)
+    return ImageEncoder(obs_shape, convs, getattr(cfg, "hidden_size", 512), nl)
+
+
+class ResidualBlock(nn.Module):
+    """x + conv(nl(conv(nl(x)))), both convs 3x3 with the channel count kept (pre-activation)."""
+
+    def __init__(self, channels: int, nonlinearity: str):
+        super().__init__()
+        self.body = nn.Sequential(
+            make_nonlinearity(nonlinearity), nn.Conv2d(channels, channels, 3, padding=1),
+            make_nonlinearity(nonlinearity), nn.Conv2d(channels, channels, 3, padding=1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+def resnet_impala(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
+    nl = getattr(cfg, "nonlinearity", "elu")
+    modules: list[nn.Module] = []
+    c = chw_shape(obs_shape)[0]
+    for out_c in (16, 32, 32):
+        modules += [
+            nn.Conv2d(c, out_c, 3, padding=1),
+            nn.MaxPool2d(3, stride=2, padding=1),
+            ResidualBlock(out_c, nl),
+            ResidualBlock(out_c, nl),
+        ]
+        c = out_c
+    # the residual stream ends un-activated; activate before the fc as the paper's figure does
+    modules.append(make_nonlinearity(nl))
+    return ImageEncoder(obs_shape, nn.Sequential(*modules), getattr(cfg, "hidden_size", 512), nl)
+
+
+class MlpEncoder(nn.Module):
+    """Flattened observation -> fc ``hidden_size`` -> nl -> fc ``hidden_size`` -> nl."""
+
+    def __init__(self, cfg: Any, obs_shape: Sequence[int]):
+        super().__init__()
+        hidden = getattr(cfg, "hidden_size", 512)
+        nl = getattr(cfg, "nonlinearity", "elu")
+        in_size = int(math.prod(obs_shape))
+        self.net = nn.Sequential(
+            nn.Linear(in_size, hidden), make_nonlinearity(nl),
+            nn.Linear(hidden, hidden), make_nonlinearity(nl),
+        )
+        self.out_size = hidden
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.flatten(1))
+
+
+BUILTIN_ENCODERS = {
+    "mlp": MlpEncoder,
+    "convnet_simple": convnet_simple,
+    "convnet_impala": convnet_impala,
+    "resnet_impala": resnet_impala,
+}
+
+
+def make_builtin_encoder(name: str, cfg: Any, obs_shape: Sequence[int]) -> nn.Module:
+    """Build a built-in encoder by its resolved name (see ``sfx.models.registry``)."""
+    return BUILTIN_ENCODERS[name](cfg, obs_shape)
+
+
+def init_weights(module: nn.Module, scheme: str = "orthogonal", gain: float = 1.0) -> None:
+    """Initialize every Linear/Conv2d weight in ``module`` (biases to zero).
+
+    ``scheme``: ``orthogonal`` | ``xavier_uniform`` | ``torch_default`` (leave PyTorch's init).
+    """
+    if scheme not in INITIALIZATIONS:
+        raise ConfigError(f"policy_initialization {scheme!r} is not known; allowed: {', '.join(INITIALIZATIONS)}")
+    if scheme == "torch_default":
+        return
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            if scheme == "orthogonal":
+                nn.init.orthogonal_(m.weight, gain=gain)
+            else:
+                nn.init.xavier_uniform_(m.weight, gain=gain)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)

@@ -1,0 +1,187 @@
+"""Recurrent training on sequences equals step-by-step acting; gradients; normalizers; spaces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from sfx.models import ActorCritic, create_actor_critic
+from sfx.models.cores import RnnCore
+
+from model_helpers import image_space, make_cfg, random_obs, vector_space, seeded  # noqa: F401 (seeded: autouse fixture)
+
+CORES = [(False, "gru", 1), (True, "gru", 1), (True, "gru", 2), (True, "lstm", 1), (True, "lstm", 2)]
+CORE_IDS = ["none", "gru1", "gru2", "lstm1", "lstm2"]
+
+
+def step_by_step(model: ActorCritic, obs, rnn_init, resets):
+    """The reference: what policy workers do, one step at a time, zeroing the state on resets."""
+    B, T = resets.shape
+    h = rnn_init
+    params, values = [], []
+    for t in range(T):
+        h = h * (~resets[:, t]).float().unsqueeze(1)
+        out = model.forward_step(obs[:, t], h)
+        params.append(out["action_params"])
+        values.append(out["values"])
+        h = out["new_rnn_states"]
+    return torch.stack(params, 1), torch.stack(values, 1)
+
+
+def random_resets(B: int, T: int, p: float, gen: torch.Generator) -> torch.Tensor:
+    return torch.rand(B, T, generator=gen) < p
+
+
+@pytest.mark.parametrize("use_rnn, rnn_type, layers", CORES, ids=CORE_IDS)
+@pytest.mark.parametrize("reset_prob", [0.0, 0.15, 0.6, 1.0])
+def test_sequence_equals_steps(use_rnn, rnn_type, layers, reset_prob):
+    gen = torch.Generator().manual_seed(int(reset_prob * 100) + layers)
+    cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, hidden_size=12)
+    space = vector_space(5)
+    model = create_actor_critic(cfg, space, spaces.Discrete(4))
+    model.update_obs_normalizer(random_obs(space, 50, gen=gen))
+    B, T = 6, 9
+    S = max(1, model.rnn_state_size)
+    obs = random_obs(space, B, T, gen=gen)
+    rnn_init = torch.randn(B, S, generator=gen)
+    resets = random_resets(B, T, reset_prob, gen)
+    if 0 < reset_prob < 1:
+        resets[0] = False  # one row without any reset
+        resets[1, 0] = True  # a row reset at its very first step
+        resets[2, -1] = True  # and one reset at the last step
+    with torch.no_grad():
+        seq = model.forward_sequence(obs, rnn_init, resets)
+        ref_params, ref_values = step_by_step(model, obs, rnn_init, resets)
+    assert seq["action_params"].shape == (B, T, 4)
+    assert seq["values"].shape == (B, T) and seq["values_normalized"].shape == (B, T)
+    torch.testing.assert_close(seq["action_params"], ref_params, atol=1e-5, rtol=0)
+    torch.testing.assert_close(seq["values"], ref_values, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_sequence_equals_steps_with_an_image_encoder(rnn_type):
+    gen = torch.Generator().manual_seed(3)
+    cfg = make_cfg(rnn_type=rnn_type, encoder_subtype="convnet_impala")
+    space = image_space((36, 48, 3))
+    model = create_actor_critic(cfg, space, spaces.Tuple([spaces.Discrete(3), spaces.Discrete(2)]))
+    B, T = 3, 5
+    obs = random_obs(space, B, T, gen=gen)
+    rnn_init = torch.randn(B, model.rnn_state_size, generator=gen)
+    resets = torch.tensor([[0, 0, 1, 0, 0], [1, 0, 0, 0, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    with torch.no_grad():
+        seq = model.forward_sequence(obs, rnn_init, resets)
+        ref_params, ref_values = step_by_step(model, obs, rnn_init, resets)
+    torch.testing.assert_close(seq["action_params"], ref_params, atol=1e-5, rtol=0)
+    torch.testing.assert_close(seq["values"], ref_values, atol=1e-5, rtol=0)
+
+
+def test_recurrent_state_carries_memory():
+    """Without this the equality tests above would pass for a core that ignores its state."""
+    model = create_actor_critic(make_cfg(hidden_size=8), vector_space(3), spaces.Discrete(2))
+    obs = torch.randn(2, 3)
+    a = model.forward_step(obs, torch.zeros(2, model.rnn_state_size))
+    b = model.forward_step(obs, torch.ones(2, model.rnn_state_size))
+    assert not torch.allclose(a["action_params"], b["action_params"])
+    assert not torch.allclose(a["new_rnn_states"], torch.zeros_like(a["new_rnn_states"]))
+
+
+@pytest.mark.parametrize("use_rnn, rnn_type, layers, expected", [
+    (False, "gru", 1, 0), (True, "gru", 1, 16), (True, "gru", 2, 32), (True, "lstm", 1, 32), (True, "lstm", 3, 96),
+])
+def test_rnn_state_size(use_rnn, rnn_type, layers, expected):
+    cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, hidden_size=16)
+    model = create_actor_critic(cfg, vector_space(), spaces.Discrete(2))
+    assert model.rnn_state_size == expected
+    S = max(1, expected)
+    out = model.forward_step(torch.randn(4, 5), torch.zeros(4, S))
+    assert out["new_rnn_states"].shape == (4, S)
+    assert out["new_rnn_states"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_lstm_flat_state_roundtrip(layers):
+    core = RnnCore(4, 6, "lstm", layers)
+    flat = torch.randn(3, core.state_size)
+    h, c = core.unflatten(flat)
+    assert h.shape == c.shape == (layers, 3, 6)
+    torch.testing.assert_close(core.flatten((h, c)), flat)
+
+
+@pytest.mark.parametrize("use_rnn, rnn_type, layers", CORES, ids=CORE_IDS)
+@pytest.mark.parametrize("obs_kind", ["vector", "image"])
+def test_gradients_reach_every_parameter(use_rnn, rnn_type, layers, obs_kind):
+    cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, normalize_returns=True,
+                   encoder_type="resnet", encoder_subtype="resnet_impala")
+    space = vector_space(4) if obs_kind == "vector" else image_space((24, 24, 3))
+    model = create_actor_critic(cfg, space, spaces.Discrete(3))
+    B, T = 3, 4
+    resets = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 0], [1, 0, 1, 0]], dtype=torch.bool)
+    out = model.forward_sequence(random_obs(space, B, T), torch.randn(B, max(1, model.rnn_state_size)), resets)
+    loss = out["action_params"].pow(2).sum() + out["values_normalized"].pow(2).sum()
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        assert p.grad.abs().sum() > 0, name
+
+
+def test_normalizers_travel_in_state_dict():
+    cfg = make_cfg(normalize_input=True, normalize_returns=True)
+    space = vector_space(3)
+    model = create_actor_critic(cfg, space, spaces.Discrete(2))
+    keys = set(model.state_dict())
+    for k in ("obs_normalizer.mean", "obs_normalizer.var", "obs_normalizer.count",
+              "returns_normalizer.mean", "returns_normalizer.var", "returns_normalizer.count"):
+        assert k in keys
+    model.update_obs_normalizer(torch.randn(100, 3) * 4 + 2)
+    model.returns_normalizer.update(torch.randn(100) * 10 + 50)
+
+    clone = create_actor_critic(cfg, space, spaces.Discrete(2))
+    obs = torch.randn(5, 3)
+    h = torch.zeros(5, model.rnn_state_size)
+    assert not torch.allclose(clone.forward_step(obs, h)["values"], model.forward_step(obs, h)["values"])
+    clone.load_state_dict(model.state_dict())
+    torch.testing.assert_close(clone.forward_step(obs, h)["values"], model.forward_step(obs, h)["values"])
+
+    off = create_actor_critic(make_cfg(normalize_input=False, normalize_returns=False), space, spaces.Discrete(2))
+    assert not any("normalizer" in k for k in off.state_dict())
+
+
+def test_values_are_denormalized():
+    cfg = make_cfg(normalize_returns=True, use_rnn=False)
+    model = create_actor_critic(cfg, vector_space(3), spaces.Discrete(2))
+    model.returns_normalizer.update(torch.randn(1000) * 10 + 100)
+    out = model.forward_step(torch.randn(4, 3), torch.zeros(4, 1))
+    torch.testing.assert_close(out["values"], model.returns_normalizer.denormalize(out["values_normalized"]))
+    assert out["values"].mean() > 50  # near the returns' mean: the head starts near 0 normalized
+    v = torch.randn(10) * 10 + 100
+    torch.testing.assert_close(model.denormalize_values(model.normalize_values(v)), v)
+
+    seq = model.forward_sequence(torch.randn(2, 3, 3), torch.zeros(2, 1), torch.zeros(2, 3, dtype=torch.bool))
+    torch.testing.assert_close(seq["values"], model.denormalize_values(seq["values_normalized"]))
+
+    plain = create_actor_critic(make_cfg(use_rnn=False), vector_space(3), spaces.Discrete(2))
+    assert plain.returns_normalizer is None
+    torch.testing.assert_close(plain.normalize_values(v), v)
+    torch.testing.assert_close(plain.denormalize_values(v), v)
+
+
+@pytest.mark.parametrize("action_space, P", [
+    (spaces.Discrete(5), 5),
+    (spaces.Tuple([spaces.Discrete(3), spaces.Discrete(4)]), 7),
+    (spaces.Box(-1, 1, (3,), np.float32), 6),
+])
+def test_action_spaces(action_space, P):
+    model = create_actor_critic(make_cfg(), vector_space(4), action_space)
+    assert model.action_space is action_space
+    assert model.action_params_size == P
+    out = model.forward_step(torch.randn(2, 4), torch.zeros(2, model.rnn_state_size))
+    assert out["action_params"].shape == (2, P)
+
+
+def test_policy_head_starts_small():
+    """A near-uniform initial policy: logits close to zero."""
+    model = create_actor_critic(make_cfg(use_rnn=False), vector_space(4), spaces.Discrete(6))
+    logits = model.forward_step(torch.randn(64, 4) * 3, torch.zeros(64, 1))["action_params"]
+    assert logits.abs().max() < 0.2
