@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class PolicyWorker:
-    """Messages in: ``('req', worker, split, rows[n, 5])``. Out: ``('act', split, n)`` to the
-    rollout worker's inbox."""
+    """Messages in: ``('req', worker, split, rows[n, 5])``. Out: ``('act', [(split, n), ...])`` to
+    the rollout worker's inbox."""
 
     def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, agent_buffers: AgentBuffers,
@@ -89,8 +89,12 @@ class PolicyWorker:
         if trunc_rows is not None:
             traj.trunc_values[trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = values[n:].cpu()
 
-        # answer only after every write above: the rollout worker reads the slots right away
+        # answer only after every write above: the rollout worker reads the slots right away.
+        # One message per rollout worker: waking a process costs more than the payload.
+        answers: dict[int, list[tuple[int, int]]] = {}
         for _, worker, split, r in msgs:
-            self.rollout_inboxes[worker].put(("act", split, len(r)))
+            answers.setdefault(worker, []).append((split, len(r)))
+        for worker, splits in answers.items():
+            self.rollout_inboxes[worker].put(("act", splits))
         self.num_batches += 1
         self.num_samples += n

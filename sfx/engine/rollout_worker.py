@@ -31,7 +31,7 @@ REQUEST_COLUMNS = 5
 class RolloutWorker:
     """Steps envs and fills trajectory slots; see the module docstring for the protocol.
 
-    Messages in: ``('act', split, num_rows)`` from policy workers.
+    Messages in: ``('act', [(split, num_rows), ...])`` from policy workers.
     Messages out: ``('req', worker, split, rows)`` to a policy's request queue,
     ``('traj', slots)`` to a policy's learner queue, ``('episodes', [...])`` to the report queue.
     """
@@ -140,15 +140,15 @@ class RolloutWorker:
     # ---------------------------------------------------------------- main step
 
     def process(self, msgs: list) -> None:
-        for msg in msgs:
-            kind, split, n = msg
+        for kind, answered in msgs:
             if kind != "act":
                 raise ValueError(f"rollout worker got unknown message {kind!r}")
-            self.awaiting[split] -= n
-            if self.awaiting[split] == 0:
-                self._advance_split(split)
-                if self.stopped:
-                    return
+            for split, n in answered:
+                self.awaiting[split] -= n
+                if self.awaiting[split] == 0:
+                    self._advance_split(split)
+                    if self.stopped:
+                        return
 
     def _split_agents(self, split: int) -> range:
         first = split * self.agents_per_split

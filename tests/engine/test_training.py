@@ -32,10 +32,16 @@ def small_cfg(tmp_path, **overrides):
 
 
 def worker_processes():
-    """Our children, less the stdlib's long-lived helpers (forkserver, resource tracker)."""
+    """Live component processes: the forkserver's children and any other descendant that is not
+    one of the stdlib's long-lived helpers (the forkserver itself, the resource tracker)."""
     helpers = ("forkserver", "resource_tracker")
-    return [c for c in psutil.Process().children(recursive=True)
-            if c.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(c.cmdline()) for h in helpers)]
+    live = []
+    for child in psutil.Process().children():
+        if any(h in " ".join(child.cmdline()) for h in helpers):
+            live += child.children(recursive=True)
+        else:
+            live += [child, *child.children(recursive=True)]
+    return [p for p in live if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def shm_segments():

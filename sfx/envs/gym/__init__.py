@@ -63,7 +63,8 @@ def make_gym_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
     """Make the gymnasium env, with frame skip when ``cfg.env_frameskip > 1``, seen as one agent."""
     env_id = gym_id(full_env_name)
     check_gym_id(env_id)
-    kwargs: dict[str, Any] = {"render_mode": render_mode}
+    # the passive checker re-validates every step through an extra wrapper layer; sfx checks spaces itself
+    kwargs: dict[str, Any] = {"render_mode": render_mode, "disable_env_checker": True}
     limit = getattr(cfg, "gym_max_episode_steps", None)
     if limit is not None:
         kwargs["max_episode_steps"] = limit

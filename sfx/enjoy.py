@@ -1,0 +1,237 @@
+"""``python -m sfx.enjoy --env=... --experiment=...``: watch, score or record a trained policy.
+
+The experiment's ``cfg.json`` and newest checkpoint of ``--policy_index`` are loaded, then every
+agent of the env plays with that policy until ``--max_num_episodes`` episodes (counted per agent)
+or ``--max_num_frames`` frames (agent steps times ``--env_frameskip``, as training counts
+``env_steps``) have been played. One line is printed per finished episode, then the mean and
+spread of the episode rewards.
+
+- By default the env renders to a window (``render_mode='human'``); ``--no_render`` plays headless.
+- ``--save_video`` renders ``rgb_array`` frames and writes them to an mp4 (imageio with the ffmpeg
+  binary that the imageio-ffmpeg package ships) to ``<experiment folder>/<--video_name>``
+  (default ``replay.mp4``; an absolute ``--video_name`` is used as it is).
+- ``--deterministic`` plays the distribution's mode instead of sampling from it.
+
+Envs reset themselves, so a video shows an episode's very last state only as the first frame of
+the next episode.
+
+Ctrl+C stops early and still prints the summary of the episodes finished so far.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sfx.cfg import ConfigError, parse_args
+
+DEFAULT_VIDEO_FPS = 30
+
+
+def _opt(cfg: Any, name: str, default: Any) -> Any:
+    """An evaluation setting: only a cfg parsed with ``evaluation=True`` has them, so a training cfg
+    handed to :func:`enjoy` plays with their defaults."""
+    value = getattr(cfg, name, None)
+    return default if value is None else value
+
+
+def _make_env(cfg: Any, render_mode: str | None) -> Any:
+    from sfx.envs import make_env
+
+    env_config = {"worker_index": 0, "vector_index": 0, "env_id": 0}
+    try:
+        return make_env(cfg, env_config, render_mode=render_mode)
+    except ImportError as e:  # gymnasium's DependencyNotInstalled is an ImportError too
+        if render_mode != "human":
+            raise
+        raise ConfigError(f"cannot open a window to render {cfg.env!r} ({e}); "
+                          f"pass --no_render to play headless or --save_video to record an mp4") from e
+
+
+class _VideoWriter:
+    """Streams frames to an mp4 so long evaluations do not hold every frame in memory."""
+
+    def __init__(self, path: Path, fps: float, max_frames: int) -> None:
+        import imageio.v2 as imageio
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.max_frames = max_frames
+        self.num_frames = 0
+        # macro_block_size=2: H.264 in yuv420p needs even sides; 16 (imageio's default) would
+        # rescale most env frames, e.g. CartPole's 600x400
+        self._writer = imageio.get_writer(str(path), fps=fps, codec="libx264", macro_block_size=2,
+                                          ffmpeg_log_level="error")
+
+    def add(self, frame: Any) -> None:
+        if frame is None or self.num_frames >= self.max_frames:
+            return
+        frame = np.asarray(frame)
+        if frame.dtype != np.uint8:
+            frame = np.clip(frame, 0, 255).astype(np.uint8)
+        self._writer.append_data(frame)
+        self.num_frames += 1
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _render(env: Any, cfg: Any) -> Any:
+    try:
+        return env.render()
+    except ImportError as e:  # e.g. gymnasium's classic-control envs draw with pygame
+        raise ConfigError(f"cannot render frames of {cfg.env!r} for --save_video: {e}") from e
+
+
+def _video_fps(cfg: Any, env: Any) -> float:
+    fps = _opt(cfg, "fps", 0)
+    if fps and fps > 0:
+        return float(fps)
+    # the one-agent adapter keeps the gymnasium env (and its metadata) in .env
+    metadata = getattr(env, "metadata", None) or getattr(getattr(env, "env", None), "metadata", None) or {}
+    return float(metadata.get("render_fps") or DEFAULT_VIDEO_FPS)
+
+
+def enjoy(cfg: Any) -> dict:
+    """Play the newest checkpoint of ``cfg.policy_index`` in ``cfg.env``; see the module docstring.
+
+    Returns a dict: ``episodes`` (count), ``rewards`` and ``lengths`` (per finished episode, in
+    order), ``mean_reward`` and ``std_reward`` (nan when no episode finished), ``frames``
+    (agent steps times env_frameskip), ``video_path`` (str or None), ``interrupted`` (Ctrl+C).
+    Raises :class:`~sfx.cfg.ConfigError` when the experiment has no checkpoint.
+    """
+    from sfx.algo.distributions import action_to_env, make_action_distribution
+    from sfx.experiment import checkpoint_dir, experiment_dir, load_latest_checkpoint
+    from sfx.models import create_actor_critic
+
+    policy_id = int(_opt(cfg, "policy_index", 0))
+    max_episodes = int(_opt(cfg, "max_num_episodes", 10**9))
+    max_frames = int(_opt(cfg, "max_num_frames", 10**12))
+    deterministic = bool(_opt(cfg, "deterministic", False) or _opt(cfg, "eval_deterministic", False))
+    save_video = bool(_opt(cfg, "save_video", False))
+    no_render = bool(_opt(cfg, "no_render", False))
+
+    # the checkpoint is checked before the env is made: a missing one is the common mistake and
+    # some envs are slow to start
+    checkpoint = load_latest_checkpoint(cfg, policy_id)
+    if checkpoint is None:
+        raise ConfigError(f"no checkpoint in {checkpoint_dir(cfg, policy_id)}: train the experiment first "
+                          f"(python -m sfx.train --env={cfg.env} --experiment={cfg.experiment}) "
+                          f"or check --train_dir/--experiment/--policy_index")
+
+    render_mode = "rgb_array" if save_video else (None if no_render else "human")
+    env = _make_env(cfg, render_mode)
+    video = None
+    try:
+        device = torch.device("cuda" if _opt(cfg, "device", "cpu") == "gpu" and torch.cuda.is_available() else "cpu")
+        model = create_actor_critic(cfg, env.observation_space, env.action_space)
+        model.load_state_dict(checkpoint["model"])
+        model.to(device).eval()
+        action_space = env.action_space
+        num_agents = env.num_agents
+        rnn_size = max(1, int(model.rnn_state_size))
+        frameskip = max(1, int(_opt(cfg, "env_frameskip", 1)))
+
+        seed = _opt(cfg, "seed", None)
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        if save_video:
+            video_name = _opt(cfg, "video_name", None)
+            video_path = experiment_dir(cfg) / (video_name or "replay.mp4")  # absolute names win
+            video = _VideoWriter(video_path, _video_fps(cfg, env), int(_opt(cfg, "video_frames", 10**9)))
+        frame_sleep = 0.0
+        if render_mode == "human" and _opt(cfg, "fps", 0) > 0:
+            frame_sleep = 1.0 / float(cfg.fps)
+
+        try:
+            obs, _ = env.reset(seed=seed)
+        except ImportError as e:  # a "human" env draws its window from reset on
+            raise ConfigError(f"cannot render {cfg.env!r} ({e}); pass --no_render to play headless") from e
+        if video is not None:
+            video.add(_render(env, cfg))
+        rnn_states = torch.zeros(num_agents, rnn_size, device=device)
+        running_reward = np.zeros(num_agents, dtype=np.float64)
+        running_len = np.zeros(num_agents, dtype=np.int64)
+        rewards: list[float] = []
+        lengths: list[int] = []
+        frames = 0
+        interrupted = False
+        try:
+            while len(rewards) < max_episodes and frames < max_frames:
+                step_start = time.monotonic()
+                obs_t = torch.from_numpy(np.stack([np.asarray(o) for o in obs])).to(device)
+                with torch.no_grad():
+                    out = model.forward_step(obs_t, rnn_states)
+                    dist = make_action_distribution(action_space, out["action_params"])
+                    actions = dist.mode() if deterministic else dist.sample()
+                rnn_states = out["new_rnn_states"]
+                actions_np = actions.float().cpu().numpy().reshape(num_agents, -1)
+                env_actions = [action_to_env(action_space, actions_np[i]) for i in range(num_agents)]
+
+                obs, step_rewards, terminated, truncated, infos = env.step(env_actions)
+                frames += num_agents * frameskip
+                if video is not None:
+                    video.add(_render(env, cfg))
+                for i in range(num_agents):
+                    running_reward[i] += float(step_rewards[i])
+                    running_len[i] += 1
+                    if not (terminated[i] or truncated[i]):
+                        continue
+                    # the env's episode stats carry the raw reward even when wrappers rescale it
+                    stats = (infos[i] or {}).get("episode") or {}
+                    reward = float(stats.get("reward", running_reward[i]))
+                    length = int(stats.get("len", running_len[i]))
+                    rewards.append(reward)
+                    lengths.append(length)
+                    agent = f" agent {i}" if num_agents > 1 else ""
+                    print(f"episode {len(rewards)}{agent}: reward {reward:.3f}, length {length}", flush=True)
+                    running_reward[i] = 0.0
+                    running_len[i] = 0
+                    rnn_states[i] = 0.0  # the env auto-reset: the next obs starts a new episode
+                    if len(rewards) >= max_episodes:
+                        break
+                if frame_sleep:
+                    time.sleep(max(0.0, frame_sleep - (time.monotonic() - step_start)))
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted: summary of the episodes finished so far", flush=True)
+    finally:
+        if video is not None:
+            video.close()
+        env.close()
+
+    mean = float(np.mean(rewards)) if rewards else math.nan
+    std = float(np.std(rewards)) if rewards else math.nan
+    print(f"mean reward {mean:.3f} ± {std:.3f} over {len(rewards)} episodes", flush=True)
+    if video is not None:
+        print(f"video: {video.path} ({video.num_frames} frames)", flush=True)
+    return {
+        "episodes": len(rewards),
+        "rewards": rewards,
+        "lengths": lengths,
+        "mean_reward": mean,
+        "std_reward": std,
+        "frames": frames,
+        "video_path": str(video.path) if video is not None else None,
+        "interrupted": interrupted,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_args(argv, evaluation=True)
+        enjoy(cfg)
+    except ConfigError as e:
+        print(f"sfx: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
