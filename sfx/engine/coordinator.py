@@ -54,6 +54,7 @@ class Wiring:
     learner_queues: list                   # per policy: finished trajectories
     rollout_inboxes: list                  # per rollout worker: answers from policy workers
     report_queue: Any                      # everything -> coordinator
+    env_family: Any = None                 # registered again in each worker process
     components: list[tuple[str, int, int]] = field(default_factory=list)  # (role, index, policy)
 
 
@@ -106,7 +107,10 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
         q.put_many(list(range(num_slots)))
         free_slots.append(q)
 
+    from sfx.envs.registry import find_family
+
     w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=free_slots,
+               env_family=find_family(cfg.env),
                policy_queues=[new_queue() for _ in range(cfg.num_policies)],
                learner_queues=[new_queue() for _ in range(cfg.num_policies)],
                rollout_inboxes=[new_queue() for _ in range(cfg.num_workers)],
@@ -180,6 +184,8 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_event: A
 
     component = None
     try:
+        from sfx.envs.registry import ensure_registered
+        ensure_registered(w.env_family)
         device = resolve_device(cfg) if role != "rollout_worker" else torch.device("cpu")
         component = build_component(w, role, index, policy, device)
         inbox = component_inbox(w, role, index, policy)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -76,8 +77,33 @@ def unregister_env_family(prefix: str) -> None:
     _families.pop(prefix, None)
 
 
+# Comma-separated modules that register families on import; read in every process, so envs
+# of a plugin module reach the worker processes too (e.g. SFX_EXTRA_ENV_MODULES=bench.image_env).
+EXTRA_MODULES_ENV_VAR = "SFX_EXTRA_ENV_MODULES"
+_imported_extra: set[str] = set()
+
+
+def _import_extra_modules() -> None:
+    for name in filter(None, (m.strip() for m in os.environ.get(EXTRA_MODULES_ENV_VAR, "").split(","))):
+        if name in _imported_extra:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"{EXTRA_MODULES_ENV_VAR} names module {name!r}, which cannot be imported: {e}") from None
+        _imported_extra.add(name)
+
+
+def ensure_registered(family: EnvFamily) -> None:
+    """Register ``family`` in this process if it is not there (worker processes get the
+    coordinator's family this way, even one registered inside ``if __name__ == '__main__'``)."""
+    if _families.get(family.prefix) is not family:
+        _families[family.prefix] = family
+
+
 def registered_prefixes() -> list[str]:
     """Every prefix that can be used: registered ones and the (lazily loaded) built-in ones."""
+    _import_extra_modules()
     return sorted(set(_families) | set(BUILTIN_FAMILIES))
 
 

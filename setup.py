@@ -1,0 +1,50 @@
+"""Packaging for sfx: ``pip install -e .`` (add ``[test]`` for the test tools).
+
+torch is left unpinned on purpose: pick the build (CPU or a CUDA flavour) that fits the machine
+before installing sfx, e.g. ``SFX_TORCH_SPEC=... ./all_tests.sh`` or a plain ``pip install torch``.
+"""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+
+def read_version() -> str:
+    # parsed, not imported: importing sfx would need its dependencies before they are installed
+    for line in (Path(__file__).parent / "sfx" / "__init__.py").read_text().splitlines():
+        if line.startswith("__version__"):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    raise RuntimeError("sfx/__init__.py defines no __version__")
+
+
+setup(
+    name="sfx",
+    version=read_version(),
+    description="Fast asynchronous APPO / V-trace reinforcement learning on one machine",
+    long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8")
+    if (Path(__file__).parent / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["sfx*"]),  # sfx and sfx_* (runner, tb, examples)
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.1",
+        "numpy",
+        "gymnasium>=1.0",
+        "tensorboard",
+        "faster-fifo",
+        "psutil",
+        "imageio",
+        "imageio-ffmpeg",
+    ],
+    extras_require={
+        # gymnasium's classic-control envs (CartPole ...) draw their frames with pygame: needed for
+        # sfx.enjoy --save_video or a window on those envs, not for training
+        "render": ["pygame>=2.1.3"],
+        "test": ["pytest", "pytest-timeout", "pygame>=2.1.3"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,75 @@
+"""bench/: the synthetic image env is what its docstring says, and the throughput script runs.
+
+No timing is asserted anywhere: benchmarks give figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench import bench_throughput
+from bench.image_env import EPISODE_STEPS, PREFIX, ScrollingTargetEnv, parse_size
+from sfx.cfg import ConfigError, parse_args
+from sfx.envs import make_env
+
+
+def test_image_env_frames_rewards_and_time_limit():
+    env = ScrollingTargetEnv(128, 72, render_mode="rgb_array")
+    obs, _ = env.reset(seed=5)
+    assert obs.shape == (3, 72, 128) and obs.dtype == np.uint8 and env.observation_space.contains(obs)
+    assert env.render().shape == (72, 128, 3)
+    total_matched, total_reward = 0, 0.0
+    for t in range(1, EPISODE_STEPS + 1):
+        target = env._target  # the quadrant on screen when the agent acts
+        action = t % 4
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total_matched += action == target
+        total_reward += reward
+        assert not terminated
+        assert truncated == (t == EPISODE_STEPS)
+    assert total_reward == total_matched > 0
+
+
+def test_image_env_shows_the_target_quadrant():
+    env = ScrollingTargetEnv(128, 72)
+    env.reset(seed=0)
+    for _ in range(50):
+        obs, *_ = env.step(0)
+        # the square is the only pure white: it must sit in the target's quadrant
+        white = np.argwhere((obs == 255).all(axis=0))
+        row, col = divmod(env._target, 2)
+        assert white.size and (white[:, 0] >= row * 36).all() and (white[:, 0] < (row + 1) * 36).all()
+        assert (white[:, 1] >= col * 64).all() and (white[:, 1] < (col + 1) * 64).all()
+
+
+def test_image_env_family_is_registered_and_checks_its_name(tmp_path):
+    cfg = parse_args([f"--env={PREFIX}96x64", f"--train_dir={tmp_path}", "--device=cpu"])
+    env = make_env(cfg)
+    assert env.num_agents == 1 and env.observation_space.shape == (3, 64, 96)
+    env.close()
+    assert parse_size(f"{PREFIX}128x72") == (128, 72)
+    with pytest.raises(ConfigError, match=f"{PREFIX}WIDTHxHEIGHT"):
+        parse_args([f"--env={PREFIX}big", f"--train_dir={tmp_path}"])
+
+
+def test_table_relates_to_the_cartpole_baseline():
+    rows = [{"name": "cartpole", "env": "gym_CartPole-v1", "workers": 2, "envs_per_worker": 16,
+             "samples_per_sec": 1000.0, "status": "done"},
+            {"name": "image", "env": "bench_image_128x72", "workers": 2, "envs_per_worker": 8,
+             "samples_per_sec": 250.0, "status": "done"}]
+    lines = bench_throughput.format_table(rows).splitlines()
+    assert lines[0].split() == ["env", "workers", "envs/worker", "samples/s", "vs", "CartPole", "status"]
+    assert lines[2].split()[3:5] == ["1,000", "1.00x"]
+    assert lines[3].split()[3:5] == ["250", "0.25x"]
+
+
+@pytest.mark.slow
+def test_throughput_script_trains_the_image_env_in_worker_processes(capsys):
+    # the family must reach the spawned rollout workers, or the run fails
+    rc = bench_throughput.main(["--seconds=8", "--only=image", "--num_workers=1", "--image_envs_per_worker=2",
+                                "--device=cpu", "--", "--batch_size=64", "--hidden_size=32"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    row = next(line for line in out.splitlines() if line.startswith("bench_image_128x72"))
+    assert row.split()[-1] == "done" and float(row.split()[3].replace(",", "")) > 0

@@ -1,0 +1,228 @@
+"""sfx.enjoy: scoring, stopping, video, multi-agent bookkeeping and the missing-checkpoint error.
+
+The checkpoints are an untrained model saved the way the learner saves them: enjoy's job is to
+load and play whatever is there, so no training is needed (and none would keep these tests fast).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from sfx import enjoy as enjoy_module
+from sfx.cfg import ConfigError, parse_args
+from sfx.envs import MultiAgentEnv, make_env, register_env_family, unregister_env_family
+from sfx.experiment import cfg_to_dict, experiment_dir, save_cfg, save_checkpoint
+from sfx.models import create_actor_critic
+
+CARTPOLE = "gym_CartPole-v1"
+EPISODE_RE = re.compile(r"^episode (\d+)(?: agent (\d+))?: reward ([-\d.]+), length (\d+)$", re.M)
+SUMMARY_RE = re.compile(r"^mean reward ([-\d.naN]+) ± ([-\d.naN]+) over (\d+) episodes$", re.M)
+
+
+def make_experiment(train_dir: Path, env: str = CARTPOLE, *flags: str, checkpoint: bool = True) -> list[str]:
+    """An experiment folder as training leaves it (cfg.json + one checkpoint of an untrained model).
+
+    Returns the flags that point sfx.enjoy at it.
+    """
+    where = [f"--env={env}", "--experiment=enjoy_test", f"--train_dir={train_dir}"]
+    cfg = parse_args([*where, "--device=cpu", "--hidden_size=16", "--seed=3", *flags])
+    experiment_dir(cfg).mkdir(parents=True, exist_ok=True)
+    save_cfg(cfg)
+    if checkpoint:
+        probe = make_env(cfg)
+        model = create_actor_critic(cfg, probe.observation_space, probe.action_space)
+        probe.close()
+        save_checkpoint(cfg, 0, {"model": model.state_dict(), "optimizer": {}, "train_step": 1, "env_steps": 0,
+                                 "policy_version": 1, "cfg": cfg_to_dict(cfg)})
+    return where
+
+
+def run_enjoy(argv: list[str]) -> dict:
+    return enjoy_module.enjoy(parse_args(argv, evaluation=True))
+
+
+def test_plays_the_requested_episodes_and_prints_their_mean(tmp_path, capsys):
+    where = make_experiment(tmp_path)
+    assert enjoy_module.main([*where, "--no_render", "--max_num_episodes=3"]) == 0
+    out = capsys.readouterr().out
+    episodes = EPISODE_RE.findall(out)
+    assert [int(e[0]) for e in episodes] == [1, 2, 3]
+    rewards = [float(e[2]) for e in episodes]
+    # CartPole pays 1 per step: the printed reward must be the env's, not something else
+    assert rewards == [float(e[3]) for e in episodes]
+    summary = SUMMARY_RE.search(out)
+    assert summary is not None, out
+    assert float(summary.group(1)) == pytest.approx(np.mean(rewards), abs=1e-3)
+    assert float(summary.group(2)) == pytest.approx(np.std(rewards), abs=1e-3)
+    assert int(summary.group(3)) == 3
+
+
+def test_result_dict_matches_the_episodes(tmp_path):
+    where = make_experiment(tmp_path)
+    result = run_enjoy([*where, "--no_render", "--max_num_episodes=4"])
+    assert result["episodes"] == 4
+    assert result["rewards"] == [float(n) for n in result["lengths"]]
+    assert result["mean_reward"] == pytest.approx(np.mean(result["rewards"]))
+    assert result["std_reward"] == pytest.approx(np.std(result["rewards"]))
+    assert result["frames"] == sum(result["lengths"])  # stopped right at the end of episode 4
+    assert result["video_path"] is None and not result["interrupted"]
+
+
+def test_max_num_frames_stops_mid_episode(tmp_path, capsys):
+    where = make_experiment(tmp_path)
+    # an untrained CartPole policy survives at least 8 steps, so 5 frames finish no episode
+    result = run_enjoy([*where, "--no_render", "--max_num_episodes=100", "--max_num_frames=5"])
+    assert result["frames"] == 5
+    assert result["episodes"] == 0 and math.isnan(result["mean_reward"])
+    assert "over 0 episodes" in capsys.readouterr().out
+
+
+def test_deterministic_plays_the_mode(tmp_path, monkeypatch):
+    where = make_experiment(tmp_path)
+    import sfx.algo.distributions as distributions  # enjoy imports from it when it runs
+
+    original = distributions.make_action_distribution
+    calls = {"mode": 0}
+
+    class ModeOnly:
+        def __init__(self, dist):
+            self.dist = dist
+
+        def sample(self):
+            raise AssertionError("--deterministic must not sample")
+
+        def mode(self):
+            calls["mode"] += 1
+            return self.dist.mode()
+
+    monkeypatch.setattr(distributions, "make_action_distribution", lambda space, p: ModeOnly(original(space, p)))
+    result = run_enjoy([*where, "--no_render", "--deterministic", "--max_num_episodes=2"])
+    assert result["episodes"] == 2
+    assert calls["mode"] == result["frames"]
+
+
+def test_save_video_writes_every_frame_to_an_mp4(tmp_path):
+    import imageio.v2 as imageio
+
+    where = make_experiment(tmp_path)
+    result = run_enjoy([*where, "--save_video", "--max_num_episodes=1"])
+    path = Path(result["video_path"])
+    assert path == tmp_path / "enjoy_test" / "replay.mp4"
+    assert path.stat().st_size > 0
+    reader = imageio.get_reader(str(path))
+    try:
+        frames = [f for f in reader]
+    finally:
+        reader.close()
+    # the frame after reset, then one per step
+    assert len(frames) == result["lengths"][0] + 1
+    assert frames[0].shape == (400, 600, 3)
+
+
+def test_video_name_is_inside_the_experiment_folder(tmp_path):
+    where = make_experiment(tmp_path)
+    result = run_enjoy([*where, "--save_video", "--video_name=clip.mp4", "--max_num_frames=10"])
+    assert Path(result["video_path"]) == tmp_path / "enjoy_test" / "clip.mp4"
+    assert Path(result["video_path"]).stat().st_size > 0
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
+    where = make_experiment(tmp_path, checkpoint=False)
+    assert enjoy_module.main([*where, "--no_render"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sfx: error: no checkpoint in ")
+    assert str(tmp_path / "enjoy_test" / "checkpoint_p0") in err
+    assert "Traceback" not in err
+    with pytest.raises(ConfigError, match="no checkpoint in"):
+        run_enjoy([*where, "--no_render"])
+
+
+def test_missing_experiment_is_a_clear_error(tmp_path, capsys):
+    assert enjoy_module.main([f"--env={CARTPOLE}", "--experiment=nothing_here", f"--train_dir={tmp_path}"]) == 2
+    assert capsys.readouterr().err.startswith("sfx: error: ")
+
+
+# ------------------------------------------------------------------ multi-agent bookkeeping
+
+class TwoClocksEnv(MultiAgentEnv):
+    """Two agents whose episodes last 3 and 5 steps; reward 1 per step, observation = step count."""
+
+    num_agents = 2
+    observation_space = gymnasium.spaces.Box(-1e3, 1e3, (2,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+    lengths = (3, 5)
+
+    def __init__(self) -> None:
+        self.t = [0, 0]
+        self.returns = [0.0, 0.0]
+
+    def _obs(self, i: int) -> np.ndarray:
+        return np.array([self.t[i], i], dtype=np.float32)
+
+    def reset(self, seed=None):
+        self.t = [0, 0]
+        return [self._obs(0), self._obs(1)], [{}, {}]
+
+    def step(self, actions):
+        assert len(actions) == 2 and all(a in (0, 1) for a in actions)
+        obs, rewards, terminated, infos = [], [], [], []
+        for i in range(2):
+            self.t[i] += 1
+            done = self.t[i] == self.lengths[i]
+            info = {}
+            if done:
+                info = {"final_obs": self._obs(i), "episode": {"reward": float(self.t[i]), "len": self.t[i]}}
+                self.t[i] = 0
+            obs.append(self._obs(i))
+            rewards.append(1.0)
+            terminated.append(done)
+            infos.append(info)
+        return obs, rewards, terminated, [False, False], infos
+
+
+@pytest.fixture
+def two_clocks_family():
+    register_env_family("enjoytest_", lambda name, cfg, env_config, render_mode=None: TwoClocksEnv())
+    yield "enjoytest_clocks"
+    unregister_env_family("enjoytest_")
+
+
+def test_multi_agent_episodes_are_counted_per_agent_and_reset_the_rnn(tmp_path, capsys, monkeypatch,
+                                                                       two_clocks_family):
+    where = make_experiment(tmp_path, two_clocks_family, "--use_rnn=True")
+    seen_states = []
+    real_create = create_actor_critic
+
+    def recording_create(*args, **kwargs):
+        model = real_create(*args, **kwargs)
+        forward_step = model.forward_step
+
+        def recorded(obs, rnn_states):
+            seen_states.append((obs.clone(), rnn_states.clone()))
+            return forward_step(obs, rnn_states)
+
+        model.forward_step = recorded
+        return model
+
+    import sfx.models
+
+    monkeypatch.setattr(sfx.models, "create_actor_critic", recording_create)
+    result = run_enjoy([*where, "--no_render", "--max_num_episodes=4"])
+    # agent 0 ends at steps 3 and 6, agent 1 at step 5; the 4th episode is agent 0's at step 9
+    assert result["rewards"] == [3.0, 5.0, 3.0, 3.0]
+    assert result["frames"] == 2 * 9
+    out = capsys.readouterr().out
+    assert [(int(e[0]), int(e[1])) for e in EPISODE_RE.findall(out)] == [(1, 0), (2, 1), (3, 0), (4, 0)]
+
+    for obs, states in seen_states:
+        for agent in range(2):
+            first_step = float(obs[agent, 0]) == 0.0
+            # a new episode starts from a zero recurrent state, a running one carries it
+            assert bool(torch.all(states[agent] == 0)) == first_step, (agent, obs, states)
