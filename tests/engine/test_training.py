@@ -154,7 +154,10 @@ def _train_cmd(tmp_path, steps, extra=()):
             f"--train_for_env_steps={steps}", "--report_every_sec=0.5", *extra]
 
 
-def test_sigint_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl_c", "sigterm"])
+def test_stop_signal_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, how):
+    """Ctrl+C in a terminal signals the whole process group; a scheduler's SIGTERM may reach
+    only the coordinator. Both must end in a checkpoint that the same command resumes."""
     before = shm_segments()
     proc = subprocess.Popen(_train_cmd(tmp_path, 10**9), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -168,7 +171,10 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
         time.sleep(0.5)
     children = psutil.Process(proc.pid).children(recursive=True)
     assert children, "the training started no worker processes"
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in a terminal does
+    if how == "ctrl_c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
     t0 = time.time()
     out, _ = proc.communicate(timeout=30)
     assert time.time() - t0 < 15, "stopping took too long"
@@ -191,3 +197,15 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
     assert last["env_steps"] >= target
     assert last["train_step"] > first["train_step"]
     assert (tmp_path / "resume" / "done").exists()
+
+
+def test_several_policies_and_policy_workers_route_per_policy(tmp_path):
+    cfg = small_cfg(tmp_path, num_policies=2, policy_workers_per_policy=2, num_envs_per_worker=4,
+                    train_for_env_steps=6000)
+    result = run_training(cfg)
+    assert result["status"] == "done"
+    assert all(steps > 0 for steps in result["train_step"])
+    for p in range(2):
+        ckpt = torch.load(next((tmp_path / "t" / f"checkpoint_p{p}").glob("*.pth")), weights_only=False)
+        assert ckpt["env_steps"] > 0
+    assert not worker_processes()

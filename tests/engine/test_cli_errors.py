@@ -1,0 +1,40 @@
+"""Bad input on the real command line: one clear error line, exit status 2, no worker started."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--env=gym_CartPol-v1"], "CartPole-v1"),
+    (["--env=nosuch_env"], "--env=nosuch_env"),
+    (["--env=gym_CartPole-v1", "--rnn_type=lsmt"], "'lsmt'"),
+    (["--env=gym_CartPole-v1", "--num_workers=-2"], "--num_workers=-2"),
+    (["--env=gym_CartPole-v1", "--batch_size=100"], "--batch_size=100 must be a multiple of --rollout=32"),
+    (["--env=gym_CartPole-v1", "--rollout=30", "--batch_size=960"], "--rollout=30 must be a multiple of --recurrence=32"),
+    (["--env=gym_CartPole-v1", "--bogus_flag=1"], "--bogus_flag"),
+    (["--env=gym_CartPole-v1", "--train_dir=/proc/no/such/dir"], "/proc/no/such/dir"),
+])
+def test_bad_command_line_is_one_line_and_exit_2(tmp_path, args, expected):
+    argv = [sys.executable, "-m", "sfx.train", "--experiment=bad"]
+    if not any(a.startswith("--train_dir") for a in args):
+        argv.append(f"--train_dir={tmp_path}")
+    proc = subprocess.run(argv + args, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("sfx: error: ") and expected in lines[0]
+    assert not (tmp_path / "bad" / "checkpoint_p0").exists()
+
+
+def test_corrupted_cfg_json_is_one_line(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "cfg.json").write_text("{not json")
+    proc = subprocess.run([sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", "--experiment=x",
+                           f"--train_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "cfg.json" in proc.stderr
