@@ -79,6 +79,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--traj_buffers_excess_ratio", type=float, default=2.0,
                    help="trajectory buffer slots allocated per slot strictly needed (room for the learner to lag)")
     add_bool_arg(g, "set_workers_cpu_affinity", True, "pin each rollout worker to one CPU core")
+    g.add_argument("--learner_main_loop_num_cores", type=int, default=0,
+                   help="torch threads of each learner process; 0 = auto: all cores for an image model "
+                        "on the CPU (its convolutions are the bottleneck there), else 1")
     g.add_argument("--max_policy_lag", type=int, default=100,
                    help="samples collected more than this many policy versions ago are dropped")
 
