@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from sfx.algo._shapes import check_time_major
+
 __all__ = ["gae"]
 
 
@@ -41,15 +43,7 @@ def gae(
         ``(advantages, returns)``, both ``[T, B]``; ``returns = advantages + values``.
         No gradient flows through either.
     """
-    if values.dim() != 2:
-        raise ValueError(f"gae: values must be [T, B], got shape {tuple(values.shape)}")
-    for name, x in (("rewards", rewards), ("discounts", discounts)):
-        if x.shape != values.shape:
-            raise ValueError(f"gae: {name} has shape {tuple(x.shape)}, expected {tuple(values.shape)} like values")
-    if bootstrap_value.shape != values.shape[1:]:
-        raise ValueError(
-            f"gae: bootstrap_value has shape {tuple(bootstrap_value.shape)}, expected {tuple(values.shape[1:])}"
-        )
+    check_time_major("gae", values, bootstrap_value, rewards=rewards, discounts=discounts)
 
     with torch.no_grad():
         rewards, values, discounts = rewards.detach(), values.detach(), discounts.detach()

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from sfx.algo._shapes import check_time_major
+
 __all__ = ["vtrace"]
 
 
@@ -66,15 +68,7 @@ def vtrace(
         ``(vs, pg_advantages)``, both ``[T, B]`` with the dtype of ``values``. No gradient flows
         through either (they are regression / advantage targets).
     """
-    if values.dim() != 2:
-        raise ValueError(f"vtrace: values must be [T, B], got shape {tuple(values.shape)}")
-    for name, x in (("log_rhos", log_rhos), ("discounts", discounts), ("rewards", rewards)):
-        if x.shape != values.shape:
-            raise ValueError(f"vtrace: {name} has shape {tuple(x.shape)}, expected {tuple(values.shape)} like values")
-    if bootstrap_value.shape != values.shape[1:]:
-        raise ValueError(
-            f"vtrace: bootstrap_value has shape {tuple(bootstrap_value.shape)}, expected {tuple(values.shape[1:])}"
-        )
+    check_time_major("vtrace", values, bootstrap_value, log_rhos=log_rhos, discounts=discounts, rewards=rewards)
 
     with torch.no_grad():
         log_rhos, discounts, rewards = log_rhos.detach(), discounts.detach(), rewards.detach()

@@ -7,7 +7,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 from sfx.cfg.errors import ConfigError
 from sfx.experiment.paths import cfg_path
@@ -42,19 +42,25 @@ def cfg_to_dict(cfg: Any) -> dict:
     return out
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so readers see the old file or the new one, never half of one."""
+def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) -> None:
+    """Call ``write(file)`` on a temp file beside ``path``, then rename it over ``path``: readers
+    (and a run killed mid-write) see the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text))
 
 
 def save_cfg(cfg: Any, path: str | os.PathLike | None = None) -> Path:

@@ -10,11 +10,11 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from sfx.cfg.errors import ConfigError
+from sfx.experiment.cfg_io import atomic_write
 from sfx.experiment.paths import checkpoint_dir, milestones_dir
 
 log = logging.getLogger(__name__)
@@ -46,16 +46,7 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
 def _atomic_torch_save(obj: Any, path: Path) -> None:
     import torch
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: torch.save(obj, f), binary=True)
 
 
 def save_checkpoint(cfg: Any, policy_id: int, state: dict) -> Path:
@@ -89,14 +80,8 @@ def save_milestone(cfg: Any, policy_id: int, path: str | os.PathLike) -> Path:
     directory = milestones_dir(cfg, policy_id)
     directory.mkdir(parents=True, exist_ok=True)
     dst = directory / src.name
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{src.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with open(src, "rb") as f_src:
+        atomic_write(dst, lambda f: shutil.copyfileobj(f_src, f), binary=True)
     return dst
 
 
