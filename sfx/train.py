@@ -16,10 +16,10 @@ EXIT_CODES = {"done": 0, "failed": 1, "interrupted": 130}
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
+        result = run_training(cfg)  # raises ConfigError before any worker starts, e.g. on bad checkpoints
     except ConfigError as e:
         print(f"sfx: error: {e}", file=sys.stderr)
         return 2
-    result = run_training(cfg)
     return EXIT_CODES[result["status"]]
 
 

@@ -89,6 +89,24 @@ def probe_env(cfg: Any) -> EnvInfo:
         env.close()
 
 
+def check_checkpoints_fit(cfg: Any, model: torch.nn.Module) -> None:
+    """Before any worker starts: every policy's newest readable checkpoint must load into the
+    model the current flags build (a corrupted newest one falls back, with a warning)."""
+    from sfx.cfg import ConfigError
+    from sfx.experiment import checkpoint_dir, load_latest_checkpoint
+
+    for p in range(cfg.num_policies):
+        ckpt = load_latest_checkpoint(cfg, p)
+        if ckpt is None:
+            continue
+        try:
+            model.load_state_dict(ckpt["model"])
+        except (RuntimeError, KeyError) as e:
+            detail = " ".join(line.strip() for line in str(e).splitlines()[1:3]) or str(e)
+            raise ConfigError(f"the checkpoint in {checkpoint_dir(cfg, p)} does not fit the model the current flags "
+                              f"build ({detail[:300]}); use the flags it was trained with or a new --experiment") from None
+
+
 def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> Wiring:
     """Allocate shared memory and queues and list the components that use them.
 
@@ -366,6 +384,7 @@ def run_training(cfg: Any) -> dict:
 
     env_info = probe_env(cfg)
     model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
+    check_checkpoints_fit(cfg, model)
     w = wire(cfg, env_info, model, serial=cfg.serial_mode)
     del model
     runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)

@@ -38,3 +38,38 @@ def test_corrupted_cfg_json_is_one_line(tmp_path):
                            f"--train_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "cfg.json" in proc.stderr
+
+
+def _train(tmp_path, *extra):
+    return subprocess.run([sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", "--experiment=ck",
+                           f"--train_dir={tmp_path}", "--serial_mode", "--num_workers=1", "--rollout=16",
+                           "--recurrence=8", "--batch_size=32", "--hidden_size=16", "--device=cpu",
+                           "--save_every_sec=0.2", *extra],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_checkpoints_corrupted_or_not_fitting(tmp_path):
+    first = _train(tmp_path, "--train_for_env_steps=3000")
+    assert first.returncode == 0, first.stderr
+    ckpts = sorted((tmp_path / "ck" / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert len(ckpts) >= 2
+
+    # a corrupted newest checkpoint: a warning, then the previous one is resumed
+    ckpts[-1].write_bytes(b"garbage")
+    resumed = _train(tmp_path, "--train_for_env_steps=4000")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"checkpoint {ckpts[-1]} cannot be loaded" in resumed.stderr
+    assert "resumed at train step" in (tmp_path / "ck" / "sf_log.txt").read_text()
+
+    # a checkpoint of another architecture: one line before any worker starts
+    wrong = _train(tmp_path, "--train_for_env_steps=5000", "--hidden_size=32")
+    assert wrong.returncode == 2
+    error_lines = [l for l in wrong.stderr.splitlines() if l.startswith("sfx: error:")]
+    assert len(error_lines) == 1 and "does not fit the model" in error_lines[0], wrong.stderr
+
+    # every checkpoint corrupted: one clear line
+    for path in (tmp_path / "ck" / "checkpoint_p0").glob("checkpoint_*.pth"):
+        path.write_bytes(b"garbage")
+    broken = _train(tmp_path, "--train_for_env_steps=6000")
+    assert broken.returncode == 2
+    assert "are unreadable" in broken.stderr.splitlines()[-1]

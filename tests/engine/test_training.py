@@ -209,3 +209,22 @@ def test_several_policies_and_policy_workers_route_per_policy(tmp_path):
         ckpt = torch.load(next((tmp_path / "t" / f"checkpoint_p{p}").glob("*.pth")), weights_only=False)
         assert ckpt["env_steps"] > 0
     assert not worker_processes()
+
+
+def test_killed_coordinator_leaves_no_orphans(tmp_path):
+    proc = subprocess.Popen(_train_cmd(tmp_path, 10**9), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    log_file = tmp_path / "resume" / "sf_log.txt"
+    deadline = time.time() + 90
+    while time.time() < deadline and not (log_file.exists() and "resumed" not in log_file.read_text()
+                                          and "samples/s" in log_file.read_text()):
+        time.sleep(0.5)
+    everyone = psutil.Process(proc.pid).children(recursive=True)
+    assert len(everyone) >= 4
+    proc.kill()  # SIGKILL: no handler runs in the coordinator
+    proc.wait(timeout=10)
+    gone, alive = psutil.wait_procs(everyone, timeout=15)
+    assert not alive, f"orphans left: {alive}"
+    # the learner noticed and saved what it had learned on its way out
+    ckpt = max((tmp_path / "resume" / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert torch.load(ckpt, weights_only=False)["env_steps"] > 0
