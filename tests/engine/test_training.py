@@ -147,6 +147,17 @@ def test_rollout_workers_block_when_the_learner_falls_behind(tmp_path):
     worker.close()
 
 
+def _wait_for_training(log_file: Path, timeout_sec: float = 90) -> None:
+    """Until a status line shows trained env steps (so there is something to checkpoint)."""
+    deadline = time.time() + timeout_sec
+    while time.time() < deadline:
+        text = log_file.read_text() if log_file.exists() else ""
+        if any(f"env steps {d}" in text for d in "123456789"):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no training progress in {log_file} after {timeout_sec} s")
+
+
 def _train_cmd(tmp_path, steps, extra=()):
     return [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", "--experiment=resume",
             f"--train_dir={tmp_path}", "--num_workers=2", "--num_envs_per_worker=2", "--rollout=16",
@@ -162,13 +173,7 @@ def test_stop_signal_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, h
     proc = subprocess.Popen(_train_cmd(tmp_path, 10**9), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     log_file = tmp_path / "resume" / "sf_log.txt"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if log_file.exists() and "env steps" in log_file.read_text() and "reward" in log_file.read_text():
-            text = log_file.read_text()
-            if any(f"env steps {d}" in text for d in "123456789"):
-                break
-        time.sleep(0.5)
+    _wait_for_training(log_file)
     children = psutil.Process(proc.pid).children(recursive=True)
     assert children, "the training started no worker processes"
     if how == "ctrl_c":
@@ -214,11 +219,7 @@ def test_several_policies_and_policy_workers_route_per_policy(tmp_path):
 def test_killed_coordinator_leaves_no_orphans(tmp_path):
     proc = subprocess.Popen(_train_cmd(tmp_path, 10**9), cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    log_file = tmp_path / "resume" / "sf_log.txt"
-    deadline = time.time() + 90
-    while time.time() < deadline and not (log_file.exists() and "resumed" not in log_file.read_text()
-                                          and "samples/s" in log_file.read_text()):
-        time.sleep(0.5)
+    _wait_for_training(tmp_path / "resume" / "sf_log.txt")
     everyone = psutil.Process(proc.pid).children(recursive=True)
     assert len(everyone) >= 4
     proc.kill()  # SIGKILL: no handler runs in the coordinator
