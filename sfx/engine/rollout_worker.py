@@ -19,6 +19,7 @@ import numpy as np
 from sfx.algo.distributions import action_to_env
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers
 from sfx.engine.queues import Empty
+from sfx.envs.registry import env_seed
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,7 @@ class RolloutWorker:
             self.policy[a] = self._pick_policy()
         for e, env in enumerate(self.envs):
             env_id = self.worker_idx * self.num_envs + e
-            seed = None if cfg.seed is None else cfg.seed * 100_003 + env_id
-            obs, _ = env.reset(seed=seed)
+            obs, _ = env.reset(seed=env_seed(cfg, {"env_id": env_id}))
             for j in range(self.num_agents_per_env):
                 a = e * self.num_agents_per_env + j
                 slot = self._acquire_slot(self.policy[a])
