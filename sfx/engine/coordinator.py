@@ -367,7 +367,7 @@ def run_training(cfg: Any) -> dict:
     """Train until ``train_for_env_steps`` or ``train_for_seconds``, or until interrupted.
 
     Returns ``{'status': 'done'|'interrupted'|'failed', 'env_steps', 'elapsed_sec',
-    'samples_per_sec', 'reward', 'train_step'}``.
+    'samples_per_sec', 'reward', 'train_step', 'train_stats'}`` (the last three per policy).
     """
     from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging, summary_dir
     from sfx.models import create_actor_critic
