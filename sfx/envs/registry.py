@@ -48,6 +48,10 @@ class EnvFamily:
 # prefix -> module whose import (then ``register_family()``) registers it; loaded on first use
 BUILTIN_FAMILIES: dict[str, str] = {
     "gym_": "sfx.envs.gym",
+    "doom_": "sfx.envs.doom",
+    "atari_": "sfx.envs.atari",
+    "dmlab_": "sfx.envs.dmlab",
+    "mujoco_": "sfx.envs.mujoco",
 }
 
 _families: dict[str, EnvFamily] = {}
