@@ -367,7 +367,9 @@ def run_training(cfg: Any) -> dict:
     """Train until ``train_for_env_steps`` or ``train_for_seconds``, or until interrupted.
 
     Returns ``{'status': 'done'|'interrupted'|'failed', 'env_steps', 'elapsed_sec',
-    'samples_per_sec', 'reward', 'train_step', 'train_stats'}`` (the last three per policy).
+    'samples_per_sec', 'fps', 'reward', 'train_step', 'train_stats'}`` (the last three per
+    policy). ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
+    (samples x ``--env_frameskip``), both over the whole session.
     """
     from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging, summary_dir
     from sfx.models import create_actor_critic
@@ -479,11 +481,13 @@ def run_training(cfg: Any) -> dict:
 
     elapsed = time.time() - start
     result = {"status": status, "env_steps": total_env_steps(), "elapsed_sec": elapsed,
-              "samples_per_sec": fps_meter.total / elapsed if elapsed > 0 else 0.0,
+              "samples_per_sec": fps_meter.total / cfg.env_frameskip / elapsed if elapsed > 0 else 0.0,
+              "fps": fps_meter.total / elapsed if elapsed > 0 else 0.0,
               "reward": [s.mean("reward") for s in pstats], "train_step": [s.train_step for s in pstats],
               "train_stats": [dict(s.train) for s in pstats]}
     if status == "done":
         done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")
-    log.info("training %s after %s: %s env steps, %.0f samples/s, reward %s", status, format_duration(elapsed),
-             f"{result['env_steps']:,}", result["samples_per_sec"], ", ".join(f"{r:.2f}" for r in result["reward"]))
+    log.info("training %s after %s: %s env steps, %.0f samples/s (%.0f FPS), reward %s", status,
+             format_duration(elapsed), f"{result['env_steps']:,}", result["samples_per_sec"], result["fps"],
+             ", ".join(f"{r:.2f}" for r in result["reward"]))
     return result
