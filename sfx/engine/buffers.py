@@ -44,6 +44,7 @@ class TrajectoryBuffers:
     truncated: torch.Tensor       # [N, T]   bool, episode cut by a time limit, bootstrap
     trunc_values: torch.Tensor    # [N, T]   V(final obs) for truncated steps
     policy_versions: torch.Tensor  # [N, T] int64, version of the weights that acted
+    active: torch.Tensor          # [N, T] bool, False where the env said the agent was not playing
 
     @property
     def num_slots(self) -> int:
@@ -78,6 +79,7 @@ def allocate_trajectory_buffers(num_slots: int, rollout: int, obs_shape: tuple, 
         truncated=z((n, t), torch.bool),
         trunc_values=z((n, t)),
         policy_versions=z((n, t), torch.int64),
+        active=z((n, t), torch.bool),
     )
 
 

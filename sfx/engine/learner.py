@@ -120,7 +120,7 @@ class Learner:
         self.env_steps += n * T * cfg.env_frameskip
 
         lag = (self.train_step - batch["policy_versions"]).float()
-        valids = lag <= cfg.max_policy_lag
+        valids = (lag <= cfg.max_policy_lag) & batch["active"]
         if cfg.normalize_input and getattr(self.model, "obs_normalizer", None) is not None:
             obs_valid = batch["obs"][:, :T][valids]
             if len(obs_valid):
@@ -142,6 +142,7 @@ class Learner:
             "env_steps": self.env_steps, "train_step": self.train_step, "samples": n * T,
             "policy_lag_avg": float(lag.mean()), "policy_lag_max": float(lag.max()),
             "valid_fraction": float(valids.float().mean()),
+            "inactive_fraction": float((~batch["active"]).float().mean()),
             "lr": self.optimizer.param_groups[0]["lr"],
             "train_sec": time.time() - t_start,
         })

@@ -181,6 +181,8 @@ class RolloutWorker:
         buf["rewards"][slot, t] = reward
         buf["terminated"][slot, t] = terminated
         buf["truncated"][slot, t] = truncated and not terminated
+        # multi-agent envs mark agents that sit out (e.g. dead, waiting to respawn): not trained on
+        buf["active"][slot, t] = info.get("is_active", True)
         done = terminated or truncated
         # rnn_states[slot, t+1] was written by the policy worker together with the action
         if done:

@@ -104,7 +104,7 @@ def _in_process_components(tmp_path, **overrides):
     return cfg, w
 
 
-def test_stale_samples_are_dropped_by_policy_lag(tmp_path):
+def test_stale_and_inactive_samples_are_not_trained_on(tmp_path):
     cfg, w = _in_process_components(tmp_path, serial_mode=True, max_policy_lag=5, num_workers=1)
     learner = build_component(w, "learner", 0, 0, torch.device("cpu"))
     learner.start()
@@ -115,11 +115,14 @@ def test_stale_samples_are_dropped_by_policy_lag(tmp_path):
     tb.obs[slots] = torch.randn_like(tb.obs[slots])
     tb.policy_versions[slots[: n // 2]] = 0
     tb.policy_versions[slots[n // 2:]] = -100  # far behind the learner
+    tb.active[slots] = True
+    tb.active[slots[0], :4] = False  # the env said this agent sat these steps out
     learner.process([("traj", slots)])
     reports = [r for r in drain(w.report_queue) if r[0] == "train"]
     assert len(reports) == 1
     stats = reports[0][2]
-    assert stats["valid_fraction"] == pytest.approx(0.5)
+    assert stats["valid_fraction"] == pytest.approx(0.5 - 4 / (n * cfg.rollout))
+    assert stats["inactive_fraction"] == pytest.approx(4 / (n * cfg.rollout))
     assert stats["policy_lag_max"] == pytest.approx(100)
     assert np.isfinite(stats["loss/total"])
     assert w.free_slots[0].qsize() == tb.num_slots  # slots released right after the copy
