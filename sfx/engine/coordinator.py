@@ -195,7 +195,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _component_main(w: Wiring, role: str, index: int, policy: int, stop_event: Any, parent_pid: int) -> None:
+def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: torch.Tensor, parent_pid: int) -> None:
     """Entry point of a spawned component process."""
     # Ctrl+C and SIGTERM go to the coordinator, which stops everyone in order (final checkpoint)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -210,7 +210,7 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_event: A
         os.sched_setaffinity(0, {cores[index % len(cores)]})
 
     def stopping() -> bool:
-        return stop_event.is_set() or not _alive(parent_pid)
+        return bool(stop_flag[0]) or not _alive(parent_pid)
 
     component = None
     try:
@@ -261,14 +261,16 @@ class ProcessRuntime:
         # process) and, unlike plain fork, never inherit this process's threads or CUDA state.
         self.ctx = torch.multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["sfx.engine.coordinator", "sfx.models", "sfx.envs", "gymnasium"])
-        self.stop_event = self.ctx.Event()
+        # a flag in shared memory rather than an Event: an Event is a named POSIX semaphore
+        # in /dev/shm that stays there until the garbage collector finalizes it
+        self.stop_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
         self.procs: dict[str, Any] = {}
 
     def start(self) -> None:
         for role, index, policy in self.w.components:
             name = f"{role}_{index}"
             p = self.ctx.Process(target=_component_main, name=name,
-                                 args=(self.w, role, index, policy, self.stop_event, os.getpid()))
+                                 args=(self.w, role, index, policy, self.stop_flag, os.getpid()))
             p.start()
             self.procs[name] = p
 
@@ -280,7 +282,7 @@ class ProcessRuntime:
 
     def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
         """Ask everyone to stop, wait for learners' final checkpoints, then make sure all exited."""
-        self.stop_event.set()
+        self.stop_flag[0] = 1
         deadline = time.time() + timeout_sec
         for p in self.procs.values():
             while p.is_alive() and time.time() < deadline:

@@ -45,7 +45,10 @@ def worker_processes():
 
 
 def shm_segments():
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    """Named shared-memory objects; ViZDoom's are left out: these CartPole runs never make them,
+    while a VizDoom run elsewhere on the machine may come and go during the test."""
+    names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    return {n for n in names if not n.startswith("ViZDoom")}
 
 
 def test_serial_run_fills_the_experiment_folder(tmp_path):
@@ -187,7 +190,9 @@ def test_stop_signal_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, h
     out, _ = proc.communicate(timeout=30)
     assert time.time() - t0 < 15, "stopping took too long"
     assert proc.returncode == 130, out
-    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    # the forkserver and resource tracker leave when they see the coordinator gone: allow them a moment
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, f"processes left behind: {alive}"
     assert shm_segments() - before == set()
     ckpts = sorted((tmp_path / "resume" / "checkpoint_p0").glob("checkpoint_*.pth"))
     assert ckpts
