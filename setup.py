@@ -40,7 +40,12 @@ setup(
         # gymnasium's classic-control envs (CartPole ...) draw their frames with pygame: needed for
         # sfx.enjoy --save_video or a window on those envs, not for training
         "render": ["pygame>=2.1.3"],
-        "test": ["pytest", "pytest-timeout", "pygame>=2.1.3"],
+        # env families, each optional: a missing one only matters to its own --env names
+        "doom": ["vizdoom>=1.2", "opencv-python-headless"],
+        "atari": ["ale-py>=0.9", "opencv-python-headless"],
+        "mujoco": ["mujoco>=3.0"],
+        "test": ["pytest", "pytest-timeout", "pygame>=2.1.3",
+                 "vizdoom>=1.2", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -1,8 +1,8 @@
 """Envs: the family registry, the multi-agent protocol, generic wrappers; one folder per family."""
 
 from sfx.envs.multi_agent import MultiAgentEnv, SingleAgentEnvAdapter
-from sfx.envs.registry import (EnvFamily, env_seed, find_family, make_env, register_env_family, registered_prefixes,
-                               unregister_env_family)
+from sfx.envs.registry import (EnvFamily, env_seed, find_family, make_env, register_env, register_env_family,
+                               registered_prefixes, unregister_env_family)
 
 __all__ = ["EnvFamily", "MultiAgentEnv", "SingleAgentEnvAdapter", "env_seed", "find_family", "make_env",
-           "register_env_family", "registered_prefixes", "unregister_env_family"]
+           "register_env", "register_env_family", "registered_prefixes", "unregister_env_family"]

@@ -11,6 +11,10 @@ Registering your own family (before parsing the command line)::
 
     register_env_family("my_", make_my_env, add_params_fn=lambda parser: parser.add_argument(...),
                         default_overrides={"encoder_type": "mlp"})
+
+One env under one exact name (no prefix matching)::
+
+    register_env("my_gridworld", make_my_env)   # --env=my_gridworld, and nothing else
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ class EnvFamily:
     add_params_fn: AddParamsFn | None = None
     default_overrides: dict = field(default_factory=dict)
     validate_fn: ValidateFn | None = None
+    # True: ``prefix`` is one whole env name (register_env), matched only by that exact name
+    exact: bool = False
+
+    def matches(self, env_name: str) -> bool:
+        """Whether ``env_name`` belongs to this family (a bare prefix names no env)."""
+        if self.exact:
+            return env_name == self.prefix
+        return env_name.startswith(self.prefix) and len(env_name) > len(self.prefix)
 
 
 # prefix -> module whose import (then ``register_family()``) registers it; loaded on first use
@@ -74,6 +86,24 @@ def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddP
     if prefix in _families:
         log.debug("env family %r registered again: the new one replaces the old", prefix)
     _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, dict(default_overrides or {}), validate_fn)
+
+
+def register_env(env_name: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
+                 default_overrides: dict | None = None, validate_fn: ValidateFn | None = None) -> None:
+    """Register (or replace) one env under exactly ``env_name`` (``--env=env_name``; no prefix matching).
+
+    The arguments are those of :func:`register_env_family`; ``make_env_fn`` gets ``env_name`` as its
+    first argument. Call it at the top level of a module the worker processes import too (the main
+    module, or one named in ``SFX_EXTRA_ENV_MODULES``), before parsing the command line.
+    :func:`unregister_env_family` forgets it.
+    """
+    if not env_name or not isinstance(env_name, str):
+        raise ValueError(f"an env name must be a non-empty string, got {env_name!r}")
+    old = _families.get(env_name)
+    if (old is not None and not old.exact) or env_name in BUILTIN_FAMILIES:
+        raise ValueError(f"env name {env_name!r} is already the prefix of an env family; choose another name")
+    _families[env_name] = EnvFamily(env_name, make_env_fn, add_params_fn, dict(default_overrides or {}), validate_fn,
+                                    exact=True)
 
 
 def unregister_env_family(prefix: str) -> None:
@@ -113,7 +143,9 @@ def registered_prefixes() -> list[str]:
 
 def find_family(env_name: str) -> EnvFamily:
     """The family of ``env_name`` (longest matching prefix); :class:`ConfigError` if there is none."""
-    candidates = [p for p in registered_prefixes() if env_name.startswith(p) and len(env_name) > len(p)]
+    candidates = [p for p in registered_prefixes()
+                  if (_families[p].matches(env_name) if p in _families
+                      else env_name.startswith(p) and len(env_name) > len(p))]
     if not candidates:
         raise ConfigError(f"--env={env_name} matches no env family; names start with one of: "
                           f"{', '.join(registered_prefixes())}")

@@ -1,0 +1,57 @@
+"""Atari alone: steps/s of one ``atari_`` env with random actions (for bench/bench_envs.py).
+
+    python -m bench.envs_atari [--seconds=10] [--env=atari_breakout]
+
+The env is the family's full training stack (sticky actions, no-op/FIRE resets, max-pool over
+frameskip 4, 84x84 resize, 4-frame stack, episodic life), so the figure is what one rollout
+worker's env can give; ``frames_per_sec`` counts emulator frames (steps x ``--env_frameskip``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+DEFAULT_ENV = "atari_breakout"
+
+
+def bench_env_alone(seconds: float, env_name: str = DEFAULT_ENV) -> dict:
+    """Step one env with random actions for ``seconds``.
+
+    Returns ``{'env', 'steps_per_sec', 'frames_per_sec', 'steps', 'games', 'seconds'}`` (``games``:
+    whole games finished, a lost life is not counted).
+    """
+    from sfx.cfg import default_cfg
+    from sfx.envs import make_env
+
+    cfg = default_cfg(env_name, seed=0)
+    env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
+    try:
+        env.reset()
+        steps = games = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            for _ in range(50):  # read the clock once per 50 steps, so the timer is not what is measured
+                _, _, _, _, infos = env.step([env.action_space.sample()])
+                steps += 1
+                games += "episode" in infos[0]
+        elapsed = time.perf_counter() - start
+    finally:
+        env.close()
+    return {"env": env_name, "steps_per_sec": steps / elapsed, "frames_per_sec": steps * cfg.env_frameskip / elapsed,
+            "steps": steps, "games": games, "seconds": elapsed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--env", default=DEFAULT_ENV)
+    args = parser.parse_args(argv)
+    result = bench_env_alone(args.seconds, args.env)
+    print(", ".join(f"{k}: {v:.1f}" if isinstance(v, float) else f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

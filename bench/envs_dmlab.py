@@ -1,0 +1,74 @@
+"""DeepMind Lab alone: steps/s of one ``dmlab_`` env with random actions (for bench/bench_envs.py).
+
+    python -m bench.envs_dmlab [--seconds=10] [--env=dmlab_explore_goal_locations_small]
+
+DeepMind Lab must be built from source; without it ``bench_env_alone`` raises the family's
+ConfigError (with the build steps), which bench_envs.py reports as "skipped". Setting
+``SFX_DMLAB_STANDIN=1`` benchmarks the test stand-in (tests/envs/dmlab_standin) instead: a
+figure for the wrapper's own overhead, not DeepMind Lab's speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_ENV = "dmlab_explore_goal_locations_small"
+STANDIN_DIR = Path(__file__).resolve().parents[1] / "tests" / "envs" / "dmlab_standin"
+
+
+def bench_env_alone(seconds: float, env_name: str = DEFAULT_ENV) -> dict:
+    """Step one env with random actions for ``seconds`` -> ``{'env', 'steps_per_sec', 'frames_per_sec', ...}``.
+
+    Raises:
+        ConfigError: DeepMind Lab (the ``deepmind_lab`` module) is not installed.
+    """
+    if os.environ.get("SFX_DMLAB_STANDIN") == "1" and str(STANDIN_DIR) not in sys.path:
+        sys.path.insert(0, str(STANDIN_DIR))
+    from sfx.cfg import default_cfg
+    from sfx.envs import make_env
+
+    cfg = default_cfg(env_name, seed=0, num_workers=30)
+    env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
+    try:
+        env.reset()
+        steps = episodes = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            # sample a batch of actions at a time so the timer is not what is measured
+            for _ in range(50):
+                _, _, term, trunc, _ = env.step([env.action_space.sample()])
+                steps += 1
+                episodes += int(term[0] or trunc[0])
+        elapsed = time.perf_counter() - start
+    finally:
+        env.close()
+    import deepmind_lab
+
+    return {"env": env_name, "steps_per_sec": steps / elapsed, "frames_per_sec": steps * cfg.env_frameskip / elapsed,
+            "steps": steps, "episodes": episodes, "seconds": elapsed,
+            "standin": getattr(deepmind_lab, "_VERSION", "").endswith("standin")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--env", default=DEFAULT_ENV)
+    args = parser.parse_args(argv)
+    from sfx.cfg import ConfigError
+
+    try:
+        result = bench_env_alone(args.seconds, args.env)
+    except ConfigError as e:
+        print(f"DeepMind Lab is not installed: {e}")
+        return 1
+    print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

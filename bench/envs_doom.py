@@ -1,0 +1,54 @@
+"""Throughput of the doom_ family alone: one env, random actions, no learning (``bench_env_alone``).
+
+``doom_benchmark`` (deathmatch.wad, invulnerable player, full 4200-tic episodes) keeps the cost
+of a step the same whatever the actions, so figures compare across runs. Steps are agent steps
+of 4 frames (``--env_frameskip=4``), at 128x72 RGB rendered 160x120, the family's defaults.
+The process pins itself to one core first, as sfx's rollout workers do (VizDoom runs about
+twice as fast pinned).
+
+    python -m bench.envs_doom [seconds]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+ENV_NAME = "doom_benchmark"
+
+
+def bench_env_alone(seconds: float) -> dict:
+    """Agent steps per second of ``doom_benchmark`` alone with random actions for about ``seconds``."""
+    from sfx.cfg import default_cfg
+    from sfx.envs import make_env
+
+    if hasattr(os, "sched_setaffinity"):
+        old_affinity = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {max(old_affinity)})
+    try:
+        cfg = default_cfg(ENV_NAME, seed=0)
+        env = make_env(cfg)
+        try:
+            env.reset()
+            space = env.action_space
+            for _ in range(50):  # warm up the engine's caches before timing
+                env.step([space.sample()])
+            steps, episodes = 0, 0
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                _, _, term, trunc, _ = env.step([space.sample()])
+                steps += 1
+                episodes += term[0] or trunc[0]
+            elapsed = time.perf_counter() - start
+        finally:
+            env.close()
+    finally:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, old_affinity)
+    return {"env": ENV_NAME, "steps_per_sec": steps / elapsed, "frames_per_sec": cfg.env_frameskip * steps / elapsed,
+            "episodes": episodes, "seconds": elapsed}
+
+
+if __name__ == "__main__":
+    print(bench_env_alone(float(sys.argv[1]) if len(sys.argv) > 1 else 10.0))

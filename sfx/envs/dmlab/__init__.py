@@ -1,0 +1,169 @@
+"""The ``dmlab_`` family: DeepMind Lab levels and the DMLab-30 suite.
+
+Env names:
+
+* ``--env=dmlab_30``: the 30 DMLab-30 levels, one level per rollout worker: worker ``i`` plays
+  ``DMLAB30_LEVELS[i % 30]`` with all its envs (so use ``--num_workers`` of 30 or a multiple of it
+  to cover the suite evenly). ``--dmlab30_level_assignment=env`` assigns by global env id instead
+  (``env_id % 30``), which covers the suite with fewer workers when
+  ``num_workers * num_envs_per_worker >= 30``.
+* ``--env=dmlab_<level>``: one level, e.g. ``dmlab_rooms_collect_good_objects_train``,
+  ``dmlab_explore_goal_locations_small``, ``dmlab_seekavoid_arena_01``. Unknown names are an error
+  unless ``--dmlab_level_directory`` points at your own level scripts.
+
+Observations: ``uint8 (3, 72, 96)`` RGB frames by default (``--dmlab_res_h``, ``--dmlab_res_w``).
+Actions: the 9 IMPALA actions, or the 15 PopArt ones with ``--dmlab_extended_action_set``.
+One step is ``--env_frameskip`` frames (default 4, as IMPALA). Language levels give their
+instruction in ``info['instr']`` (see :mod:`sfx.envs.dmlab.instructions` for the tokenizer and the
+plan for feeding it to the policy).
+
+Episode stats (TensorBoard ``episode/...``): ``dmlab_raw_score``, ``dmlab_human_normalized_score``
+(DMLab-30 levels), per level ``dmlab30/<level>/raw_score`` and ``.../hns``, and
+``dmlab_target_objective``: the episode stat PBT should rank policies by: the human-normalised
+score capped at 100 for ``dmlab_30``, the raw score for a single level.
+Averaged over the last episodes of all workers it weights levels by how many episodes they end;
+:func:`sfx.envs.dmlab.levels.dmlab30_score` gives the exact suite score from per-level means.
+
+DeepMind Lab must be built from source (no pip package); ``deepmind_lab`` is imported only when a
+``dmlab_`` env is used and its absence is a one-line error with the build steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from sfx.cfg.arguments import add_bool_arg
+from sfx.cfg.errors import ConfigError
+from sfx.envs.dmlab.actions import EXTENDED_ACTIONS, IMPALA_ACTIONS, action_names, action_table
+from sfx.envs.dmlab.env import DmLabEnv, episode_stats, import_deepmind_lab, target_objective
+from sfx.envs.dmlab.instructions import InstructionTokenizer
+from sfx.envs.dmlab.level_cache import DirectoryLevelCache
+from sfx.envs.dmlab.levels import (BASELINES, CLASSIC_LEVELS, DMLAB30_LEVELS, DMLAB30_TEST_LEVEL,
+                                   dmlab30_level_for, dmlab30_score, human_normalized_score, known_level_names)
+from sfx.envs.multi_agent import SingleAgentEnvAdapter
+from sfx.envs.registry import env_seed, register_env_family
+
+log = logging.getLogger(__name__)
+
+PREFIX = "dmlab_"
+SUITE = "30"  # dmlab_30
+
+# IMPALA's DMLab-30 setup: 4 frames per step, the deep ResNet encoder, a 256-wide core.
+DEFAULT_OVERRIDES = {"env_frameskip": 4, "encoder_type": "resnet", "encoder_subtype": "resnet_impala",
+                     "hidden_size": 256}
+
+__all__ = [
+    "BASELINES", "CLASSIC_LEVELS", "DMLAB30_LEVELS", "DMLAB30_TEST_LEVEL", "DirectoryLevelCache", "DmLabEnv",
+    "EXTENDED_ACTIONS", "IMPALA_ACTIONS", "InstructionTokenizer", "action_names", "action_table",
+    "dmlab30_level_for", "dmlab30_score", "episode_stats", "human_normalized_score", "level_for_env",
+    "make_dmlab_env", "register_family", "target_objective", "validate_dmlab_cfg",
+]
+
+
+def level_name(full_env_name: str) -> str:
+    """``dmlab_rooms_watermaze`` -> ``rooms_watermaze`` (``dmlab_30`` -> ``30``)."""
+    return full_env_name[len(PREFIX):]
+
+
+def level_for_env(full_env_name: str, cfg: Any, env_config: dict | None) -> str:
+    """The level an env plays: the named one, or for ``dmlab_30`` the worker's (or env's) DMLab-30 level."""
+    name = level_name(full_env_name)
+    if name != SUITE:
+        return name
+    env_config = env_config or {}
+    by = getattr(cfg, "dmlab30_level_assignment", "worker")
+    index = env_config.get("env_id", 0) if by == "env" else env_config.get("worker_index", 0)
+    return dmlab30_level_for(index, use_test_levels=getattr(cfg, "dmlab_use_test_levels", False))
+
+
+def add_dmlab_params(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("dmlab_ envs (DeepMind Lab)")
+    add_bool_arg(g, "dmlab_extended_action_set", False,
+                 "15 actions (PopArt: small/large look, look up/down) instead of IMPALA's 9")
+    g.add_argument("--dmlab_res_w", type=int, default=96, help="frame width in pixels")
+    g.add_argument("--dmlab_res_h", type=int, default=72, help="frame height in pixels")
+    g.add_argument("--dmlab_renderer", choices=["software", "hardware"], default="software",
+                   help="DeepMind Lab renderer: software (OSMesa, CPU) or hardware (EGL/GLX, GPU)")
+    g.add_argument("--dmlab_level_cache_dir", default=None,
+                   help="folder where compiled maps are cached and shared by all workers (levels that "
+                        "generate a map per episode start much faster); None = no cache")
+    g.add_argument("--dmlab_dataset_path", default=None,
+                   help="DeepMind Lab's datasetPath: the image dataset some psychlab levels need")
+    g.add_argument("--dmlab_level_directory", default=None,
+                   help="DeepMind Lab's levelDirectory: a folder of your own level scripts; level names are "
+                        "then not checked against the built-in list")
+    g.add_argument("--dmlab30_level_assignment", choices=["worker", "env"], default="worker",
+                   help="dmlab_30: level = DMLAB30_LEVELS[worker_index % 30] (worker) or [env_id % 30] (env)")
+    add_bool_arg(g, "dmlab_use_test_levels", False,
+                 "dmlab_30: play the held-out _test variants of the two rooms_*_train levels (evaluation)")
+
+
+def check_level_name(full_env_name: str, level_directory: str | None = None) -> None:
+    """:class:`ConfigError` unless ``full_env_name`` is ``dmlab_30`` or names a known level."""
+    name = level_name(full_env_name)
+    if name == SUITE or name in known_level_names() or level_directory:
+        return
+    known = (SUITE,) + known_level_names()
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean: {', '.join(PREFIX + c for c in close)}?" if close else ""
+    raise ConfigError(f"--env={full_env_name}: unknown DeepMind Lab level {name!r}{hint} (dmlab_30, a DMLab-30 "
+                      f"level such as dmlab_rooms_watermaze, or a classic one such as dmlab_seekavoid_arena_01; "
+                      f"--dmlab_level_directory allows your own levels)")
+
+
+def validate_dmlab_cfg(cfg: argparse.Namespace) -> None:
+    """Check the level name, the dmlab flags, and that deepmind_lab can be imported."""
+    check_level_name(cfg.env, getattr(cfg, "dmlab_level_directory", None))
+    for flag in ("dmlab_res_w", "dmlab_res_h"):
+        value = getattr(cfg, flag)
+        if not 8 <= value <= 4096:
+            raise ConfigError(f"--{flag}={value} must be a frame size in pixels, between 8 and 4096")
+    for flag in ("dmlab_dataset_path", "dmlab_level_directory"):
+        value = getattr(cfg, flag, None)
+        if value and not os.path.isdir(os.path.expanduser(value)):
+            raise ConfigError(f"--{flag}={value} is not a folder")
+    cache_dir = getattr(cfg, "dmlab_level_cache_dir", None)
+    if cache_dir:
+        from sfx.cfg.validation import check_writable_dir
+
+        check_writable_dir(cache_dir, "--dmlab_level_cache_dir")
+    if level_name(cfg.env) == SUITE and cfg.dmlab30_level_assignment == "worker" \
+            and cfg.num_workers % len(DMLAB30_LEVELS) != 0:
+        covered = min(cfg.num_workers, len(DMLAB30_LEVELS))
+        log.warning("dmlab_30 with --num_workers=%d plays %d of the 30 levels%s; use a multiple of 30 workers "
+                    "or --dmlab30_level_assignment=env", cfg.num_workers, covered,
+                    "" if covered < 30 else " unevenly")
+    import_deepmind_lab(cfg.env)
+
+
+def make_dmlab_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
+                   render_mode: str | None = None) -> SingleAgentEnvAdapter:
+    """Make the env of ``full_env_name`` for the worker/env in ``env_config``, seen as one agent."""
+    check_level_name(full_env_name, getattr(cfg, "dmlab_level_directory", None))
+    level = level_for_env(full_env_name, cfg, env_config)
+    cache_dir = getattr(cfg, "dmlab_level_cache_dir", None)
+    env = DmLabEnv(
+        level,
+        extended_action_set=getattr(cfg, "dmlab_extended_action_set", False),
+        frameskip=getattr(cfg, "env_frameskip", 4),
+        width=getattr(cfg, "dmlab_res_w", 96),
+        height=getattr(cfg, "dmlab_res_h", 72),
+        renderer=getattr(cfg, "dmlab_renderer", "software"),
+        level_cache=DirectoryLevelCache(Path(cache_dir)) if cache_dir else None,
+        dataset_path=getattr(cfg, "dmlab_dataset_path", None),
+        level_directory=getattr(cfg, "dmlab_level_directory", None),
+        objective="hns_capped" if level_name(full_env_name) == SUITE else "raw",
+        render_mode=render_mode,
+        env_name=full_env_name,
+    )
+    return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))
+
+
+def register_family() -> None:
+    register_env_family(PREFIX, make_dmlab_env, add_params_fn=add_dmlab_params,
+                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_dmlab_cfg)

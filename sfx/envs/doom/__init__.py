@@ -1,0 +1,96 @@
+"""The ``doom_`` family: VizDoom scenarios bundled with the ``vizdoom`` package, played headless.
+
+``--env=doom_basic`` (the list is in :mod:`sfx.envs.doom.scenarios`; ``doom_benchmark`` is the
+fixed-cost scenario for throughput runs). Flags of the family:
+
+* ``--res_w --res_h`` (128x72): observation size. VizDoom renders only its native resolutions, so
+  the frame is rendered at the smallest native one at least as large and resized with INTER_AREA.
+* ``--wide_aspect_ratio`` (False): render 16:9 (256x144 for 128x72, a wider field of view)
+  instead of 4:3 (160x120, the scenarios' own field of view, faster).
+* ``--pixel_format`` (rgb): ``rgb`` -> ``(3, H, W)`` or ``gray`` -> ``(1, H, W)``, uint8.
+* ``--doom_action_space`` (discrete): ``discrete`` = one Discrete over all combinations of button
+  groups; ``tuple`` = a Tuple of one Discrete per group (see :mod:`sfx.envs.doom.actions`).
+* ``--doom_measurements`` (False): game variables in ``info['measurements']`` (see :mod:`sfx.envs.doom.env`).
+* ``--doom_reward_shaping`` (off): ``name=weight,...`` over health_delta, armor_delta, ammo_delta,
+  kill, item, damage, death (see :mod:`sfx.envs.doom.reward_shaping`).
+
+Defaults changed for this family: ``--env_frameskip=4``, ``--encoder_type=conv``,
+``--encoder_subtype=convnet_simple``. Rewards are the scenario's own and can be large (basic: +101
+for the kill); the scenario table suggests a ``--reward_scale`` for each.
+
+Where files go: each game runs in its own temporary directory (``_vizdoom.ini``, ``_vizdoom/``),
+deleted when the env closes (see :mod:`sfx.envs.doom.game`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sfx.cfg.arguments import add_bool_arg
+from sfx.cfg.errors import ConfigError
+from sfx.envs.doom.actions import ACTION_SPACE_KINDS
+from sfx.envs.doom.reward_shaping import COMPONENTS, parse_reward_shaping
+from sfx.envs.doom.scenarios import PREFIX, SCENARIOS, DoomScenario, scenario_of
+from sfx.envs.registry import env_seed, register_env_family
+
+DEFAULT_OVERRIDES = {"env_frameskip": 4, "encoder_type": "conv", "encoder_subtype": "convnet_simple",
+                     "wide_aspect_ratio": False}
+
+__all__ = ["PREFIX", "SCENARIOS", "DoomScenario", "make_doom_env", "register_family", "scenario_of"]
+
+
+def add_doom_params(parser: argparse.ArgumentParser) -> None:
+    """The ``doom_`` family's flags."""
+    # imported here: game.py imports vizdoom and cv2, which --help for other families does not need
+    from sfx.envs.doom.game import PIXEL_FORMATS
+
+    g = parser.add_argument_group("doom_ envs")
+    g.add_argument("--res_w", type=int, default=128, help="observation width in pixels")
+    g.add_argument("--res_h", type=int, default=72, help="observation height in pixels")
+    add_bool_arg(g, "wide_aspect_ratio", False,
+                 "render 16:9 (wider field of view, e.g. 256x144) instead of 4:3 (e.g. 160x120) before resizing")
+    g.add_argument("--pixel_format", choices=PIXEL_FORMATS, default="rgb",
+                   help="observation channels: rgb (3, H, W) or gray (1, H, W), uint8")
+    g.add_argument("--doom_action_space", choices=ACTION_SPACE_KINDS, default="discrete",
+                   help="discrete: one Discrete over all button-group combinations; tuple: one Discrete per group")
+    add_bool_arg(g, "doom_measurements", False,
+                 "put the game variables (health, ammo, kills ...) into info['measurements'] as float32")
+    g.add_argument("--doom_reward_shaping", default=None,
+                   help=f"extra reward components as name=weight,... (names: {', '.join(COMPONENTS)}); "
+                        f"off by default")
+
+
+def validate_doom_cfg(cfg: argparse.Namespace) -> None:
+    """:class:`ConfigError` for an unknown scenario or a bad family flag."""
+    scenario_of(cfg.env)
+    from sfx.envs.doom.game import render_resolution
+
+    for flag in ("res_w", "res_h"):
+        value = getattr(cfg, flag)
+        if not 8 <= value <= 1920:
+            raise ConfigError(f"--{flag}={value} must be in [8, 1920]")
+    render_resolution(cfg.res_w, cfg.res_h, cfg.wide_aspect_ratio)
+    parse_reward_shaping(cfg.doom_reward_shaping)
+
+
+def make_doom_env(full_env_name: str, cfg: Any, env_config: dict | None = None, render_mode: str | None = None):
+    """Make the single-player :class:`~sfx.envs.doom.env.DoomEnv` named by ``full_env_name``."""
+    from sfx.envs.doom.env import DoomEnv
+    from sfx.envs.doom.game import GameSettings
+
+    scenario = scenario_of(full_env_name)
+    settings = GameSettings(res_w=getattr(cfg, "res_w", 128), res_h=getattr(cfg, "res_h", 72),
+                            wide_aspect_ratio=getattr(cfg, "wide_aspect_ratio", False),
+                            pixel_format=getattr(cfg, "pixel_format", "rgb"), seed=env_seed(cfg, env_config))
+    return DoomEnv(scenario, settings, frameskip=getattr(cfg, "env_frameskip", 4),
+                   action_space=getattr(cfg, "doom_action_space", "discrete"),
+                   measurements=getattr(cfg, "doom_measurements", False),
+                   reward_shaping=parse_reward_shaping(getattr(cfg, "doom_reward_shaping", None)),
+                   render_mode=render_mode)
+
+
+def register_family() -> None:
+    """Register the ``doom_`` family (called by the registry on the first ``doom_`` env name)."""
+    register_env_family(PREFIX, make_doom_env, add_params_fn=add_doom_params,
+                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_doom_cfg)

@@ -1,0 +1,107 @@
+"""The single-player VizDoom scenarios of the ``doom_`` family, all bundled with the ``vizdoom`` package.
+
+Each scenario is a ``.cfg`` file in ``vizdoom.scenarios_path`` plus what sfx adds: which buttons the
+agent gets (when not the cfg's own), extra game arguments, a command sent after every new episode,
+and the ``--reward_scale`` that brings its rewards to a range the trainer's reward clip (10) keeps.
+
+=============================  ===========================================  ==================
+env name                       what happens                                 suggested
+                                                                            --reward_scale
+=============================  ===========================================  ==================
+doom_basic                     one monster on the far wall: shoot it        0.01
+doom_defend_the_center         turn in place, shoot monsters that approach  1.0
+doom_defend_the_line           shoot monsters across the room               1.0
+doom_health_gathering          pick up medkits on an acid floor             0.01
+doom_health_gathering_supreme  the same in a maze with poison vials         0.01
+doom_my_way_home               find the vest in a maze (sparse reward)      1.0
+doom_deadly_corridor           reach the armour past shooting monsters      0.01
+doom_take_cover                dodge fireballs                              0.01
+doom_predict_position          hit a moving monster with a rocket           1.0
+doom_benchmark                 throughput runs (below)                      1.0
+=============================  ===========================================  ==================
+
+``doom_benchmark`` plays ``deathmatch.wad`` (the bundled arena full of monsters, weapons and
+items, the heaviest bundled single-player map to render and simulate) with the 7 binary
+move/turn/attack buttons and the player made invulnerable (the ``god`` cheat after each new
+episode). Nothing ends an episode early, so every episode runs the full 4200-tic timeout
+(1050 agent steps at frameskip 4): each step costs about the same whatever the policy does,
+which makes steps/s comparable between runs and machines.
+
+Multiplayer matches (duel, deathmatch with bots) are not in this table on purpose: they need a
+match process per game (see ``sfx/envs/doom/game.py`` for the part they can reuse).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+
+from sfx.cfg.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DoomScenario:
+    """How to build one scenario.
+
+    Attributes:
+        name: the part of the env name after ``doom_``.
+        cfg_file: the scenario's ``.cfg``: a file name in ``vizdoom.scenarios_path`` or an absolute path.
+        buttons: button names that replace the cfg's ``available_buttons`` (``None`` keeps them).
+        game_args: extra engine arguments (``+name value`` console variables).
+        episode_commands: console commands sent after every new episode.
+        suggested_reward_scale: documentation and ``sfx.envs.doom`` help; never applied silently.
+        description: one line for help texts.
+    """
+
+    name: str
+    cfg_file: str
+    buttons: tuple[str, ...] | None = None
+    game_args: tuple[str, ...] = ()
+    episode_commands: tuple[str, ...] = ()
+    suggested_reward_scale: float = 1.0
+    description: str = ""
+
+    def cfg_path(self) -> str:
+        """Absolute path of the scenario's ``.cfg``."""
+        if os.path.isabs(self.cfg_file):
+            return self.cfg_file
+        import vizdoom
+
+        return os.path.join(vizdoom.scenarios_path, self.cfg_file)
+
+
+_MOVE_TURN_ATTACK = ("ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT")
+
+SCENARIOS: dict[str, DoomScenario] = {s.name: s for s in (
+    DoomScenario("basic", "basic.cfg", suggested_reward_scale=0.01,
+                 description="shoot the single monster; 300-tic timeout"),
+    DoomScenario("defend_the_center", "defend_the_center.cfg", description="survive and kill in a circular room"),
+    DoomScenario("defend_the_line", "defend_the_line.cfg", description="kill monsters across the room"),
+    DoomScenario("health_gathering", "health_gathering.cfg", suggested_reward_scale=0.01,
+                 description="collect medkits on an acid floor"),
+    DoomScenario("health_gathering_supreme", "health_gathering_supreme.cfg", suggested_reward_scale=0.01,
+                 description="collect medkits in a maze, avoid poison"),
+    DoomScenario("my_way_home", "my_way_home.cfg", description="navigate a maze to the vest (sparse reward)"),
+    DoomScenario("deadly_corridor", "deadly_corridor.cfg", suggested_reward_scale=0.01,
+                 description="reach the armour through a corridor of shooters"),
+    DoomScenario("take_cover", "take_cover.cfg", suggested_reward_scale=0.01, description="dodge fireballs"),
+    DoomScenario("predict_position", "predict_position.cfg", description="rocket a moving target"),
+    DoomScenario("benchmark", "deathmatch.cfg", buttons=_MOVE_TURN_ATTACK, game_args=("+sv_cheats 1",),
+                 episode_commands=("god",),
+                 description="fixed-cost throughput scenario: deathmatch.wad, invulnerable player, "
+                             "full 4200-tic episodes"),
+)}
+
+PREFIX = "doom_"
+
+
+def scenario_of(full_env_name: str) -> DoomScenario:
+    """``doom_basic`` -> its :class:`DoomScenario`; :class:`ConfigError` with close matches otherwise."""
+    name = full_env_name[len(PREFIX):] if full_env_name.startswith(PREFIX) else full_env_name
+    if name in SCENARIOS:
+        return SCENARIOS[name]
+    known = [PREFIX + n for n in SCENARIOS]
+    close = difflib.get_close_matches(PREFIX + name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean: {', '.join(close)}?" if close else ""
+    raise ConfigError(f"--env={full_env_name}: unknown doom scenario{hint} (known: {', '.join(known)})")

@@ -1,0 +1,131 @@
+"""The ``mujoco_`` family: gymnasium's MuJoCo locomotion and control tasks (v5), e.g. ``--env=mujoco_halfcheetah``.
+
+Short names map to gymnasium ids (``mujoco_walker`` -> ``Walker2d-v5``); ``MUJOCO_ENVS`` lists them.
+Observations are cast to float32 (gymnasium returns float64) with an exact float32 space, because the
+trainer stores observations in shared memory with the space's dtype. Actions are continuous Boxes: the
+trainer samples a diagonal Gaussian and clips each action to the Box bounds before ``env.step``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from sfx.cfg.errors import ConfigError
+from sfx.envs.multi_agent import SingleAgentEnvAdapter
+from sfx.envs.registry import env_seed, register_env_family
+from sfx.envs.wrappers import FrameSkip
+
+PREFIX = "mujoco_"
+
+# short name (after the prefix) -> gymnasium id; a few spellings users type for the same task
+MUJOCO_ENVS: dict[str, str] = {
+    "halfcheetah": "HalfCheetah-v5",
+    "hopper": "Hopper-v5",
+    "walker": "Walker2d-v5",
+    "walker2d": "Walker2d-v5",
+    "ant": "Ant-v5",
+    "humanoid": "Humanoid-v5",
+    "humanoidstandup": "HumanoidStandup-v5",
+    "swimmer": "Swimmer-v5",
+    "reacher": "Reacher-v5",
+    "pusher": "Pusher-v5",
+    "invertedpendulum": "InvertedPendulum-v5",
+    "doubleinvertedpendulum": "InvertedDoublePendulum-v5",
+    "inverteddoublependulum": "InvertedDoublePendulum-v5",
+}
+
+# Small feed-forward policies on proprioceptive vectors, as in the usual MuJoCo PPO setups: no RNN,
+# 64-unit tanh MLP, normalized observations and returns, several PPO epochs over each batch (the
+# envs are cheap on CPU, so sample efficiency matters more than keeping the learner idle-free).
+# exploration_loss_coeff 0: the Gaussian's learned log-std explores by itself, an entropy bonus on
+# unbounded log-std only slows the policy down on these tasks.
+DEFAULT_OVERRIDES: dict[str, Any] = {
+    "encoder_type": "mlp",
+    "encoder_subtype": "mlp_mujoco",
+    "hidden_size": 64,
+    "nonlinearity": "tanh",
+    "use_rnn": False,
+    "rollout": 64,
+    "recurrence": 64,
+    "batch_size": 1024,
+    "num_batches_per_iteration": 4,
+    "ppo_epochs": 4,
+    "learning_rate": 3e-4,
+    "gamma": 0.99,
+    "normalize_input": True,
+    "normalize_returns": True,
+    "exploration_loss_coeff": 0.0,
+    "ppo_clip_ratio": 0.2,
+    "max_grad_norm": 3.5,
+    "num_envs_per_worker": 8,
+    "worker_num_splits": 2,
+}
+
+
+def mujoco_id(full_env_name: str) -> str:
+    """``mujoco_halfcheetah`` -> ``HalfCheetah-v5``; :class:`ConfigError` (with close matches) if unknown."""
+    short = full_env_name[len(PREFIX):] if full_env_name.startswith(PREFIX) else full_env_name
+    key = short.lower()
+    if key in MUJOCO_ENVS:
+        return MUJOCO_ENVS[key]
+    close = difflib.get_close_matches(key, list(MUJOCO_ENVS), n=3, cutoff=0.5)
+    hint = f"; did you mean: {', '.join(PREFIX + c for c in close)}?" if close else ""
+    raise ConfigError(f"--env={full_env_name} is not a MuJoCo task{hint} "
+                      f"(allowed: {', '.join(PREFIX + n for n in sorted(MUJOCO_ENVS))})")
+
+
+class Float32Observation(gymnasium.ObservationWrapper):
+    """Cast a float Box observation to float32, with the same shape and bounds in a float32 space."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gymnasium.spaces.Box):
+            raise TypeError(f"Float32Observation needs a Box observation space, got {space}")
+        self.observation_space = gymnasium.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32),
+                                                      shape=space.shape, dtype=np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.asarray(observation, dtype=np.float32)
+
+
+def add_mujoco_params(parser: argparse.ArgumentParser) -> None:
+    """The family's own flags."""
+    g = parser.add_argument_group("mujoco_ envs")
+    g.add_argument("--mujoco_max_episode_steps", type=int, default=None,
+                   help="time limit in env steps (episode truncated); None = the task's own limit (1000 for most)")
+
+
+def validate_mujoco_cfg(cfg: argparse.Namespace) -> None:
+    """:class:`ConfigError` on an unknown task or a bad family flag."""
+    mujoco_id(cfg.env)
+    limit = getattr(cfg, "mujoco_max_episode_steps", None)
+    if limit is not None and limit <= 0:
+        raise ConfigError(f"--mujoco_max_episode_steps={limit} must be a positive integer (or None)")
+
+
+def make_mujoco_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
+                    render_mode: str | None = None) -> SingleAgentEnvAdapter:
+    """Make the MuJoCo task with float32 observations (frame skip when ``cfg.env_frameskip > 1``), as one agent."""
+    env_id = mujoco_id(full_env_name)
+    # the passive env checker adds a wrapper layer that re-checks every step; the spaces here are exact
+    kwargs: dict[str, Any] = {"render_mode": render_mode, "disable_env_checker": True}
+    limit = getattr(cfg, "mujoco_max_episode_steps", None)
+    if limit is not None:
+        kwargs["max_episode_steps"] = limit
+    env = Float32Observation(gymnasium.make(env_id, **kwargs))
+    frameskip = getattr(cfg, "env_frameskip", 1)
+    if frameskip > 1:
+        env = FrameSkip(env, frameskip)
+    return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))
+
+
+def register_family() -> None:
+    """Register the ``mujoco_`` family (called by the registry on first use of a ``mujoco_`` name)."""
+    register_env_family(PREFIX, make_mujoco_env, add_params_fn=add_mujoco_params,
+                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_mujoco_cfg)
