@@ -137,10 +137,8 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
         q.put_many(list(range(num_slots)))
         free_slots.append(q)
 
-    from sfx.envs.registry import find_family
-
     w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=free_slots,
-               env_family=find_family(cfg.env),
+               env_family=_portable_family(cfg.env),
                policy_queues=[new_queue() for _ in range(cfg.num_policies)],
                learner_queues=[new_queue() for _ in range(cfg.num_policies)],
                rollout_inboxes=[new_queue() for _ in range(cfg.num_workers)],
@@ -152,6 +150,23 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
     w.components += [("rollout_worker", i, -1) for i in range(cfg.num_workers)]
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w
+
+
+def _portable_family(env_name: str) -> Any:
+    """The env's family if it can travel to worker processes (its functions pickle by reference);
+    else None, and the workers rely on the registration their imports perform (a lambda made
+    inside ``if __name__ == '__main__'`` cannot reach them at all)."""
+    import pickle
+
+    from sfx.envs.registry import find_family
+
+    family = find_family(env_name)
+    try:
+        pickle.dumps(family)
+    except Exception:
+        log.debug("env family %r cannot be pickled; workers register it through their imports", family.prefix)
+        return None
+    return family
 
 
 def build_component(w: Wiring, role: str, index: int, policy: int, device: torch.device):
@@ -214,8 +229,9 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
 
     component = None
     try:
-        from sfx.envs.registry import ensure_registered
-        ensure_registered(w.env_family)
+        if w.env_family is not None:
+            from sfx.envs.registry import ensure_registered
+            ensure_registered(w.env_family)
         device = resolve_device(cfg) if role != "rollout_worker" else torch.device("cpu")
         component = build_component(w, role, index, policy, device)
         inbox = component_inbox(w, role, index, policy)
