@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium
 
@@ -63,12 +63,23 @@ def make_gym_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
     """Make the gymnasium env, with frame skip when ``cfg.env_frameskip > 1``, seen as one agent."""
     env_id = gym_id(full_env_name)
     check_gym_id(env_id)
+    return make_gymnasium_as_agent(env_id, cfg, env_config, render_mode, getattr(cfg, "gym_max_episode_steps", None))
+
+
+def make_gymnasium_as_agent(env_id: str, cfg: Any, env_config: dict | None, render_mode: str | None,
+                            max_episode_steps: int | None = None,
+                            wrap: Callable[[gymnasium.Env], gymnasium.Env] | None = None) -> SingleAgentEnvAdapter:
+    """``gymnasium.make(env_id)`` (optionally wrapped by ``wrap``), with ``cfg.env_frameskip``, seen as one agent.
+
+    Shared by the families built on gymnasium's registry (``gym_``, ``mujoco_``).
+    """
     # the passive checker re-validates every step through an extra wrapper layer; sfx checks spaces itself
     kwargs: dict[str, Any] = {"render_mode": render_mode, "disable_env_checker": True}
-    limit = getattr(cfg, "gym_max_episode_steps", None)
-    if limit is not None:
-        kwargs["max_episode_steps"] = limit
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
     env = gymnasium.make(env_id, **kwargs)
+    if wrap is not None:
+        env = wrap(env)
     frameskip = getattr(cfg, "env_frameskip", 1)
     if frameskip > 1:
         env = FrameSkip(env, frameskip)

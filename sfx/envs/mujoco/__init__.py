@@ -16,9 +16,9 @@ import gymnasium
 import numpy as np
 
 from sfx.cfg.errors import ConfigError
+from sfx.envs.gym import make_gymnasium_as_agent
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
-from sfx.envs.registry import env_seed, register_env_family
-from sfx.envs.wrappers import FrameSkip
+from sfx.envs.registry import register_env_family
 
 PREFIX = "mujoco_"
 
@@ -113,16 +113,8 @@ def make_mujoco_env(full_env_name: str, cfg: Any, env_config: dict | None = None
                     render_mode: str | None = None) -> SingleAgentEnvAdapter:
     """Make the MuJoCo task with float32 observations (frame skip when ``cfg.env_frameskip > 1``), as one agent."""
     env_id = mujoco_id(full_env_name)
-    # the passive env checker adds a wrapper layer that re-checks every step; the spaces here are exact
-    kwargs: dict[str, Any] = {"render_mode": render_mode, "disable_env_checker": True}
-    limit = getattr(cfg, "mujoco_max_episode_steps", None)
-    if limit is not None:
-        kwargs["max_episode_steps"] = limit
-    env = Float32Observation(gymnasium.make(env_id, **kwargs))
-    frameskip = getattr(cfg, "env_frameskip", 1)
-    if frameskip > 1:
-        env = FrameSkip(env, frameskip)
-    return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))
+    return make_gymnasium_as_agent(env_id, cfg, env_config, render_mode,
+                                   getattr(cfg, "mujoco_max_episode_steps", None), wrap=Float32Observation)
 
 
 def register_family() -> None:
