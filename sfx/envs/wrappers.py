@@ -21,9 +21,16 @@ class FrameSkip(gymnasium.Wrapper):
 
     def step(self, action: Any):
         total = 0.0
+        previous = obs = None
         for _ in range(self.skip):
+            previous = obs
             obs, reward, terminated, truncated, info = self.env.step(action)
             total += float(reward)
             if terminated or truncated:
                 break
-        return obs, total, terminated, truncated, info
+        return self.combine_frames(previous, obs), total, terminated, truncated, info
+
+    def combine_frames(self, previous: Any, last: Any) -> Any:
+        """The observation of one agent step from its last two frames (``previous`` is None when
+        the step lasted one frame). Plain frame skip keeps the last one."""
+        return last

@@ -24,6 +24,7 @@ import gymnasium
 import numpy as np
 
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
+from sfx.envs.wrappers import FrameSkip
 
 
 def action_index(env: gymnasium.Env, meaning: str) -> int | None:
@@ -63,7 +64,7 @@ class NoopReset(gymnasium.Wrapper):
         return obs, info
 
 
-class MaxPoolFrameSkip(gymnasium.Wrapper):
+class MaxPoolFrameSkip(FrameSkip):
     """Repeat the action ``skip`` frames, sum the rewards, return the pixel-wise max of the last two frames.
 
     Why the max: the Atari draws some sprites only on every other frame (flicker); the max of two
@@ -71,24 +72,8 @@ class MaxPoolFrameSkip(gymnasium.Wrapper):
     intermediate frames. Stops early (no max over a frame of the next game) when the game ends mid-skip.
     """
 
-    def __init__(self, env: gymnasium.Env, skip: int = 4) -> None:
-        super().__init__(env)
-        if skip < 1:
-            raise ValueError(f"frame skip must be >= 1, got {skip}")
-        self.skip = skip
-
-    def step(self, action: Any):
-        total = 0.0
-        previous = obs = None
-        for _ in range(self.skip):
-            previous = obs
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            total += float(reward)
-            if terminated or truncated:
-                break
-        if previous is not None:
-            obs = np.maximum(previous, obs)
-        return obs, total, terminated, truncated, info
+    def combine_frames(self, previous: Any, last: Any) -> Any:
+        return last if previous is None else np.maximum(previous, last)
 
 
 class FireReset(gymnasium.Wrapper):
