@@ -41,8 +41,6 @@ class PolicyWorker:
         self.report_queue = report_queue
         self.device = device
         self.version = -1
-        self.num_batches = 0
-        self.num_samples = 0
 
     def update_weights(self) -> None:
         self.version = self.weights.read_into(self.model, self.version)
@@ -96,5 +94,3 @@ class PolicyWorker:
             answers.setdefault(worker, []).append((split, len(r)))
         for worker, splits in answers.items():
             self.rollout_inboxes[worker].put(("act", splits))
-        self.num_batches += 1
-        self.num_samples += n

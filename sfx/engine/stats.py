@@ -95,7 +95,7 @@ class PolicyStats:
         for k, vs in self.train_acc.items():
             if vs and k not in ("env_steps", "train_step"):
                 name = {"policy_lag_avg": "policy_lag", "lr": "learning_rate"}.get(k, k)
-                out[name if "/" in name else name] = sum(vs) / len(vs)
+                out[name] = sum(vs) / len(vs)
         self.train_acc.clear()
         for k, vs in self.new_episodes.items():
             if vs:
