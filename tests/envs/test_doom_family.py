@@ -226,7 +226,7 @@ def test_family_defaults():
 @pytest.mark.parametrize("name, message", [
     ("doom_basci", r"unknown doom scenario; did you mean: doom_basic"),
     ("doom_defend_the_centre", r"did you mean: doom_defend_the_center"),
-    ("doom_duel", r"unknown doom scenario"),  # multiplayer is not part of the family yet
+    ("doom_duels", r"unknown doom scenario; did you mean: doom_duel"),  # multiplayer names are suggested too
 ])
 def test_unknown_scenarios(name, message):
     with pytest.raises(ConfigError, match=message):

@@ -14,6 +14,13 @@ fixed-cost scenario for throughput runs). Flags of the family:
 * ``--doom_reward_shaping`` (off): ``name=weight,...`` over health_delta, armor_delta, ammo_delta,
   kill, item, damage, death (see :mod:`sfx.envs.doom.reward_shaping`).
 
+Multiplayer: ``doom_duel``, ``doom_duel_bots``, ``doom_deathmatch``, ``doom_deathmatch_bots`` are
+multi-agent envs, one agent per player of a networked match (see :mod:`sfx.envs.doom.multiplayer`).
+Their flags: ``--doom_num_agents`` and ``--doom_num_bots`` (default: the scenario's),
+``--doom_bot_difficulty`` (0-100, every bot's aiming/perfection/reaction/isp; default: vizdoom's
+bundled mix of bots), ``--doom_timelimit_min`` (4.0: match = episode length in game minutes),
+``--doom_match_timeout_sec`` (10: a step without answer restarts the match).
+
 Defaults changed for this family: ``--env_frameskip=4``, ``--encoder_type=conv``,
 ``--encoder_subtype=convnet_simple``. Rewards are the scenario's own and can be large (basic: +101
 for the kill); the scenario table suggests a ``--reward_scale`` for each.
@@ -59,11 +66,33 @@ def add_doom_params(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--doom_reward_shaping", default=None,
                    help=f"extra reward components as name=weight,... (names: {', '.join(COMPONENTS)}); "
                         f"off by default")
+    g.add_argument("--doom_num_agents", type=int, default=None,
+                   help="multiplayer: players controlled by the env (default: the scenario's; duel 2, deathmatch 4, "
+                        "*_bots 1)")
+    g.add_argument("--doom_num_bots", type=int, default=None,
+                   help="multiplayer: built-in bots in the match (default: the scenario's; duel_bots 1, "
+                        "deathmatch_bots 7); agents + bots <= 2 on duel maps, <= 8 on deathmatch")
+    g.add_argument("--doom_bot_difficulty", type=int, default=None,
+                   help="multiplayer: 0-100, the skill fields (aiming, perfection, reaction, isp) of every bot; "
+                        "default: vizdoom's bundled bots.cfg (a mix of skills)")
+    g.add_argument("--doom_timelimit_min", type=float, default=4.0,
+                   help="multiplayer: match length in game minutes (35 tics/s); the match end truncates the episode")
+    g.add_argument("--doom_match_timeout_sec", type=float, default=10.0,
+                   help="multiplayer: seconds a step may take before the match's processes are killed and the "
+                        "match restarts (the episode ends as truncated)")
 
 
 def validate_doom_cfg(cfg: argparse.Namespace) -> None:
     """:class:`ConfigError` for an unknown scenario or a bad family flag."""
-    scenario_of(cfg.env)
+    from sfx.envs.doom.multiplayer import (
+        multiplayer_scenario_of,
+        validate_multiplayer_cfg,
+    )
+
+    if multiplayer_scenario_of(cfg.env) is not None:
+        validate_multiplayer_cfg(cfg)
+    else:
+        scenario_of(cfg.env)
     from sfx.envs.doom.game import render_resolution
 
     for flag in ("res_w", "res_h"):
@@ -75,10 +104,14 @@ def validate_doom_cfg(cfg: argparse.Namespace) -> None:
 
 
 def make_doom_env(full_env_name: str, cfg: Any, env_config: dict | None = None, render_mode: str | None = None):
-    """Make the single-player :class:`~sfx.envs.doom.env.DoomEnv` named by ``full_env_name``."""
+    """Make the env named by ``full_env_name``: a single-player :class:`~sfx.envs.doom.env.DoomEnv`, or a
+    :class:`~sfx.envs.doom.multiplayer.DoomMultiplayerEnv` for the multiplayer names."""
     from sfx.envs.doom.env import DoomEnv
     from sfx.envs.doom.game import GameSettings
+    from sfx.envs.doom.multiplayer import make_multiplayer_env, multiplayer_scenario_of
 
+    if multiplayer_scenario_of(full_env_name) is not None:
+        return make_multiplayer_env(full_env_name, cfg, env_config)
     scenario = scenario_of(full_env_name)
     settings = GameSettings(res_w=getattr(cfg, "res_w", 128), res_h=getattr(cfg, "res_h", 72),
                             wide_aspect_ratio=getattr(cfg, "wide_aspect_ratio", False),

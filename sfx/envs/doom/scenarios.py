@@ -27,8 +27,9 @@ episode). Nothing ends an episode early, so every episode runs the full 4200-tic
 (1050 agent steps at frameskip 4): each step costs about the same whatever the policy does,
 which makes steps/s comparable between runs and machines.
 
-Multiplayer matches (duel, deathmatch with bots) are not in this table on purpose: they need a
-match process per game (see ``sfx/envs/doom/game.py`` for the part they can reuse).
+Multiplayer matches (``doom_duel``, ``doom_duel_bots``, ``doom_deathmatch``, ``doom_deathmatch_bots``)
+are not in this table: each needs a match process of its own; they are listed in
+:mod:`sfx.envs.doom.multiplayer`.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def scenario_of(full_env_name: str) -> DoomScenario:
     name = full_env_name[len(PREFIX):] if full_env_name.startswith(PREFIX) else full_env_name
     if name in SCENARIOS:
         return SCENARIOS[name]
-    known = [PREFIX + n for n in SCENARIOS]
+    from sfx.envs.doom.multiplayer import MULTIPLAYER_SCENARIOS
+
+    known = [PREFIX + n for n in (*SCENARIOS, *MULTIPLAYER_SCENARIOS)]
     close = difflib.get_close_matches(PREFIX + name, known, n=3, cutoff=0.6)
     hint = f"; did you mean: {', '.join(close)}?" if close else ""
     raise ConfigError(f"--env={full_env_name}: unknown doom scenario{hint} (known: {', '.join(known)})")
