@@ -10,7 +10,8 @@ worker's env can give; ``frames_per_sec`` counts emulator frames (steps x ``--en
 from __future__ import annotations
 
 import argparse
-import time
+
+from bench.env_timing import time_random_steps
 
 DEFAULT_ENV = "atari_breakout"
 
@@ -28,17 +29,10 @@ def bench_env_alone(seconds: float, env_name: str = DEFAULT_ENV) -> dict:
     env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
     try:
         env.reset()
-        steps = games = 0
-        start = time.perf_counter()
-        deadline = start + seconds
-        while time.perf_counter() < deadline:
-            for _ in range(50):  # read the clock once per 50 steps, so the timer is not what is measured
-                _, _, _, _, infos = env.step([env.action_space.sample()])
-                steps += 1
-                games += "episode" in infos[0]
-        elapsed = time.perf_counter() - start
+        timed = time_random_steps(env, seconds)
     finally:
         env.close()
+    steps, games, elapsed = timed["steps"], timed["episodes"], timed["elapsed"]
     return {"env": env_name, "steps_per_sec": steps / elapsed, "frames_per_sec": steps * cfg.env_frameskip / elapsed,
             "steps": steps, "games": games, "seconds": elapsed}
 

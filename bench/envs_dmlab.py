@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
+
+from bench.env_timing import time_random_steps
 
 DEFAULT_ENV = "dmlab_explore_goal_locations_small"
 STANDIN_DIR = Path(__file__).resolve().parents[1] / "tests" / "envs" / "dmlab_standin"
@@ -35,18 +36,10 @@ def bench_env_alone(seconds: float, env_name: str = DEFAULT_ENV) -> dict:
     env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
     try:
         env.reset()
-        steps = episodes = 0
-        start = time.perf_counter()
-        deadline = start + seconds
-        while time.perf_counter() < deadline:
-            # sample a batch of actions at a time so the timer is not what is measured
-            for _ in range(50):
-                _, _, term, trunc, _ = env.step([env.action_space.sample()])
-                steps += 1
-                episodes += int(term[0] or trunc[0])
-        elapsed = time.perf_counter() - start
+        timed = time_random_steps(env, seconds)
     finally:
         env.close()
+    steps, episodes, elapsed = timed["steps"], timed["episodes"], timed["elapsed"]
     import deepmind_lab
 
     return {"env": env_name, "steps_per_sec": steps / elapsed, "frames_per_sec": steps * cfg.env_frameskip / elapsed,

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+
+from bench.env_timing import time_random_steps
 
 ENV_NAME = "doom_benchmark"
 
@@ -31,16 +32,9 @@ def bench_env_alone(seconds: float) -> dict:
         env = make_env(cfg)
         try:
             env.reset()
-            space = env.action_space
-            for _ in range(50):  # warm up the engine's caches before timing
-                env.step([space.sample()])
-            steps, episodes = 0, 0
-            start = time.perf_counter()
-            while time.perf_counter() - start < seconds:
-                _, _, term, trunc, _ = env.step([space.sample()])
-                steps += 1
-                episodes += term[0] or trunc[0]
-            elapsed = time.perf_counter() - start
+            # warm-up steps fill the engine's caches before timing
+            timed = time_random_steps(env, seconds, warmup_steps=50)
+            steps, episodes, elapsed = timed["steps"], timed["episodes"], timed["elapsed"]
         finally:
             env.close()
     finally:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import time
+
+from bench.env_timing import time_random_steps
 
 ENV = "mujoco_halfcheetah"
 
@@ -15,15 +16,12 @@ def bench_env_alone(seconds: float) -> dict:
 
     env = make_env(default_cfg(ENV, seed=0))
     env.reset()
-    # sample actions up front so the figure is the env's, not the action space's sampler
-    actions = [[env.action_space.sample()] for _ in range(1000)]
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(100):  # check the clock once per 100 steps
-            env.step(actions[steps % len(actions)])
-            steps += 1
-    elapsed = time.perf_counter() - start
-    env.close()
+    try:
+        # actions drawn up front: the figure is the env's, not the action space's sampler
+        timed = time_random_steps(env, seconds, clock_every=100, presample_actions=1000)
+    finally:
+        env.close()
+    steps, elapsed = timed["steps"], timed["elapsed"]
     return {"env": ENV, "steps_per_sec": steps / elapsed}
 
 

@@ -17,3 +17,17 @@ def check_time_major(fn: str, values: torch.Tensor, bootstrap_value: torch.Tenso
         raise ValueError(
             f"{fn}: bootstrap_value has shape {tuple(bootstrap_value.shape)}, expected {tuple(values.shape[1:])}"
         )
+
+
+def discounted_backward_scan(deltas: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    """``x[t] = deltas[t] + decay[t] * x[t+1]`` with ``x[T] = 0``, over time-major ``[T, B]``.
+
+    The recursion both GAE (decay = gamma * lambda, cut at episode ends) and V-trace
+    (decay = gamma * c_t) reduce to.
+    """
+    out = torch.empty_like(deltas)
+    acc = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        acc = deltas[t] + decay[t] * acc
+        out[t] = acc
+    return out

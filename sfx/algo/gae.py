@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from sfx.algo._shapes import check_time_major
+from sfx.algo._shapes import check_time_major, discounted_backward_scan
 
 __all__ = ["gae"]
 
@@ -53,11 +53,7 @@ def gae(
         deltas = rewards + discounts * values_tp1 - values
         decay = discounts * lambda_
 
-        advantages = torch.empty_like(values)
-        acc = torch.zeros_like(bootstrap_value)
-        for t in range(values.shape[0] - 1, -1, -1):
-            acc = deltas[t] + decay[t] * acc
-            advantages[t] = acc
+        advantages = discounted_backward_scan(deltas, decay)
         returns = advantages + values
 
     return advantages, returns

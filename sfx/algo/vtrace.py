@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from sfx.algo._shapes import check_time_major
+from sfx.algo._shapes import check_time_major, discounted_backward_scan
 
 __all__ = ["vtrace"]
 
@@ -82,11 +82,7 @@ def vtrace(
         deltas = clipped_rhos * (rewards + discounts * values_tp1 - values)
         decay = discounts * cs
 
-        vs_minus_v = torch.empty_like(values)
-        acc = torch.zeros_like(bootstrap_value)
-        for t in range(values.shape[0] - 1, -1, -1):
-            acc = deltas[t] + decay[t] * acc
-            vs_minus_v[t] = acc
+        vs_minus_v = discounted_backward_scan(deltas, decay)
         vs = values + vs_minus_v
 
         vs_tp1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
