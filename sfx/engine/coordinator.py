@@ -389,7 +389,7 @@ def run_training(cfg: Any) -> dict:
     policy). ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
     (samples x ``--env_frameskip``), both over the whole session.
     """
-    from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging, summary_dir
+    from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging, summary_dir, write_status
     from sfx.models import create_actor_critic
 
     setup_logging(cfg, "coordinator")
@@ -443,6 +443,12 @@ def run_training(cfg: Any) -> dict:
     def total_env_steps() -> int:
         return sum(s.env_steps for s in pstats)
 
+    def report_status(state: str, now: float) -> None:
+        rewards = [s.mean("reward") for s in pstats]
+        write_status(cfg, status=state, env_steps=total_env_steps(), train_for_env_steps=cfg.train_for_env_steps,
+                     reward=[None if r != r else r for r in rewards], fps=fps_meter.rate(60, now),
+                     elapsed_sec=now - start)
+
     def flush_summaries() -> None:
         for p, (s, wr) in enumerate(zip(pstats, writers)):
             scalars = s.pop_summaries()
@@ -457,6 +463,7 @@ def run_training(cfg: Any) -> dict:
     with _StopRequest() as stop_request:
         try:
             runtime.start()
+            report_status("running", time.time())
             while True:
                 handle(runtime.step())
                 now = time.time()
@@ -484,6 +491,7 @@ def run_training(cfg: Any) -> dict:
                     log.info(status_line(pstats, fps_meter.rates(now), samples_meter.rate(60, now),
                                          total_env_steps(), cfg.train_for_env_steps, now - start,
                                          cfg.train_for_seconds))
+                    report_status("running", now)
                 if now - last_summary >= cfg.experiment_summaries_interval:
                     last_summary = now
                     flush_summaries()
@@ -503,6 +511,7 @@ def run_training(cfg: Any) -> dict:
               "fps": fps_meter.total / elapsed if elapsed > 0 else 0.0,
               "reward": [s.mean("reward") for s in pstats], "train_step": [s.train_step for s in pstats],
               "train_stats": [dict(s.train) for s in pstats]}
+    report_status(status, time.time())
     if status == "done":
         done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")
     log.info("training %s after %s: %s env steps, %.0f samples/s (%.0f FPS), reward %s", status,

@@ -6,11 +6,12 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
 from sfx.cfg.errors import ConfigError
-from sfx.experiment.paths import cfg_path
+from sfx.experiment.paths import cfg_path, status_path
 
 log = logging.getLogger(__name__)
 
@@ -86,3 +87,10 @@ def load_cfg(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} is corrupted: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def write_status(cfg: Any, **fields: Any) -> None:
+    """Write ``train_dir/experiment/status.json`` atomically: ``fields`` plus ``updated`` (unix time)
+    and ``pid``. Read by tools that must not load torch (``python -m sfx.runner.run --status``)."""
+    doc = dict(fields, updated=time.time(), pid=os.getpid())
+    atomic_write_text(status_path(cfg), json.dumps(doc, indent=2, sort_keys=True) + "\n")

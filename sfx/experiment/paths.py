@@ -6,6 +6,7 @@ Pure functions of the cfg (nothing is created here)::
         cfg.json                 saved cfg (resume)
         sf_log.txt               the log of every process
         done                     written when training finished normally
+        status.json              progress for tools that do not load torch (the runner's --status)
         checkpoint_p{N}/         checkpoints of policy N (+ milestones/)
         .summary/{N}/            TensorBoard event files of policy N
 """
@@ -31,6 +32,10 @@ def log_path(cfg: Any) -> Path:
 
 def done_path(cfg: Any) -> Path:
     return experiment_dir(cfg) / "done"
+
+
+def status_path(cfg: Any) -> Path:
+    return experiment_dir(cfg) / "status.json"
 
 
 def summary_dir(cfg: Any, policy_id: int) -> Path:
