@@ -25,6 +25,7 @@ setup(
     if (Path(__file__).parent / "README.md").exists() else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["sfx*"]),  # sfx and sfx_* (runner, tb, examples)
+    package_data={"sfx_examples": ["doom_scenarios/*.cfg"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.1",

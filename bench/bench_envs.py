@@ -5,8 +5,10 @@
 For each family whose ``bench/envs_<family>.py`` exists and whose package is installed:
 
 - *alone*: ``bench_env_alone(seconds)`` of that module steps one env with random actions;
+  ``doom_multi`` is a ``doom_duel`` match (2 agents, each a VizDoom process, in lockstep over
+  localhost UDP): its steps are agent steps, 2 per match step;
 - *sfx*: a full asynchronous training run of the same env (``sfx.train``, the family's defaults,
-  ``--num_workers`` workers) for ``--seconds``; its figures are agent steps/s and env frames/s
+  ``--num_workers`` workers, plus the module's own ``SFX_ARGS``) for ``--seconds``; its figures are agent steps/s and env frames/s
   collected by the rollout workers (frames = steps x ``--env_frameskip``).
 
 Figures, not tests. On a 2-core machine the sfx run shares the cores between envs, inference and
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from bench.bench_throughput import run_one
 
-FAMILIES = ("doom", "atari", "mujoco", "dmlab")
+FAMILIES = ("doom", "doom_multi", "atari", "mujoco", "dmlab")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             env = alone["env"]
             train_argv = [f"--env={env}", f"--experiment=bench_{family}", f"--train_dir={Path(tmp) / 'td'}",
                           f"--train_for_seconds={args.seconds}", f"--num_workers={args.num_workers}",
-                          f"--num_envs_per_worker={args.num_envs_per_worker}", "--device=cpu", *extra]
+                          f"--num_envs_per_worker={args.num_envs_per_worker}", "--device=cpu",
+                          *getattr(module, "SFX_ARGS", ()), *extra]
             result = run_one(family, train_argv, Path(tmp), args.seconds, verbose=False)
             sps = float(result.get("samples_per_sec", float("nan")))
             ratio = sps / alone["steps_per_sec"] if alone["steps_per_sec"] else float("nan")

@@ -109,6 +109,7 @@ def enjoy(cfg: Any) -> dict:
     from sfx.algo.distributions import action_to_env, make_action_distribution
     from sfx.experiment import checkpoint_dir, experiment_dir, load_latest_checkpoint
     from sfx.models import create_actor_critic
+    from sfx.models.obs import stack_obs
 
     policy_id = int(_opt(cfg, "policy_index", 0))
     max_episodes = int(_opt(cfg, "max_num_episodes", 10**9))
@@ -165,7 +166,7 @@ def enjoy(cfg: Any) -> dict:
         try:
             while len(rewards) < max_episodes and frames < max_frames:
                 step_start = time.monotonic()
-                obs_t = torch.from_numpy(np.stack([np.asarray(o) for o in obs])).to(device)
+                obs_t = {k: v.to(device) for k, v in stack_obs(obs, env.observation_space).items()}
                 with torch.no_grad():
                     out = model.forward_step(obs_t, rnn_states)
                     dist = make_action_distribution(action_space, out["action_params"])

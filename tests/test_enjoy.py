@@ -205,7 +205,7 @@ def test_multi_agent_episodes_are_counted_per_agent_and_reset_the_rnn(tmp_path, 
         forward_step = model.forward_step
 
         def recorded(obs, rnn_states):
-            seen_states.append((obs.clone(), rnn_states.clone()))
+            seen_states.append((obs["obs"].clone(), rnn_states.clone()))
             return forward_step(obs, rnn_states)
 
         model.forward_step = recorded

@@ -10,7 +10,7 @@ from sfx.cfg import ConfigError, default_cfg
 from sfx.envs import MultiAgentEnv, find_family, make_env, register_env, register_env_family, unregister_env_family
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ["train_custom_env_custom_model", "train_gym_env", "train_custom_multi_agent_env"]
+EXAMPLES = ["train_custom_env_custom_model", "train_gym_env", "train_custom_multi_agent_env", "train_custom_doom_scenario"]
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ def torch_dtype(np_dtype) -> torch.dtype:
 class TrajectoryBuffers:
     """Trajectory slots of one policy. Shapes: N slots, T = rollout."""
 
-    obs: torch.Tensor             # [N, T+1, *obs_shape]
+    obs: dict[str, torch.Tensor]  # key -> [N, T+1, *shape]  (a Box observation: key "obs")
     rnn_states: torch.Tensor      # [N, T+1, S]  state *before* the step at that index
     actions: torch.Tensor         # [N, T, k] float32 (integers for discrete actions)
     log_probs: torch.Tensor       # [N, T]   behaviour policy log pi(a|s)
@@ -48,27 +49,42 @@ class TrajectoryBuffers:
 
     @property
     def num_slots(self) -> int:
-        return self.obs.shape[0]
+        return self.actions.shape[0]
 
     @property
     def rollout(self) -> int:
         return self.actions.shape[1]
 
-    def tensors(self) -> dict[str, torch.Tensor]:
+    def tensors(self) -> dict[str, Any]:
+        """Every field by name; ``obs`` stays a dict of tensors (see :func:`tree_map`)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def allocate_trajectory_buffers(num_slots: int, rollout: int, obs_shape: tuple, obs_dtype,
-                                rnn_size: int, action_dim: int, action_params_size: int
-                                ) -> TrajectoryBuffers:
-    """Allocate one policy's slots in shared memory."""
+ObsSpec = dict[str, tuple[tuple[int, ...], Any]]  # key -> (shape, numpy dtype), see sfx.models.obs
+
+
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """Apply ``fn`` to every leaf of nested dicts (e.g. a batch whose ``obs`` is a dict)."""
+    if isinstance(tree, dict):
+        return {k: tree_map(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+def _shared_obs(leading: tuple, spec: ObsSpec) -> dict[str, torch.Tensor]:
+    return {k: torch.zeros((*leading, *shape), dtype=torch_dtype(dtype)).share_memory_()
+            for k, (shape, dtype) in spec.items()}
+
+
+def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_size: int, action_dim: int,
+                                action_params_size: int) -> TrajectoryBuffers:
+    """Allocate one policy's slots in shared memory; ``obs`` is :func:`sfx.models.obs.obs_spec`."""
     n, t = num_slots, rollout
 
     def z(shape, dtype=torch.float32):
         return torch.zeros(shape, dtype=dtype).share_memory_()
 
     return TrajectoryBuffers(
-        obs=z((n, t + 1, *obs_shape), torch_dtype(obs_dtype)),
+        obs=_shared_obs((n, t + 1), obs),
         rnn_states=z((n, t + 1, rnn_size)),
         actions=z((n, t, action_dim)),
         log_probs=z((n, t)),
@@ -89,14 +105,13 @@ class AgentBuffers:
     state of an episode cut by a time limit, so that a policy worker can compute the value the
     learner bootstraps from."""
 
-    final_obs: torch.Tensor   # [A, *obs_shape]
-    final_rnn: torch.Tensor   # [A, S]
+    final_obs: dict[str, torch.Tensor]  # key -> [A, *shape]
+    final_rnn: torch.Tensor             # [A, S]
 
 
-def allocate_agent_buffers(num_agents_total: int, obs_shape: tuple, obs_dtype, rnn_size: int
-                           ) -> AgentBuffers:
+def allocate_agent_buffers(num_agents_total: int, obs: ObsSpec, rnn_size: int) -> AgentBuffers:
     return AgentBuffers(
-        final_obs=torch.zeros((num_agents_total, *obs_shape), dtype=torch_dtype(obs_dtype)).share_memory_(),
+        final_obs=_shared_obs((num_agents_total,), obs),
         final_rnn=torch.zeros((num_agents_total, rnn_size)).share_memory_(),
     )
 

@@ -26,6 +26,7 @@ from sfx.engine.learner import Learner, trajectories_per_iteration
 from sfx.engine.policy_worker import PolicyWorker
 from sfx.engine.queues import LocalQueue, drain, make_process_queue
 from sfx.engine.rollout_worker import RolloutWorker
+from sfx.models.obs import max_obs_ndim, obs_spec
 from sfx.engine.stats import PolicyStats, ThroughputMeter, format_duration, status_line, write_summaries
 
 log = logging.getLogger(__name__)
@@ -66,14 +67,14 @@ def resolve_device(cfg: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def learner_threads(cfg: Any, obs_shape: tuple) -> int:
+def learner_threads(cfg: Any, obs_ndim: int) -> int:
     """Torch threads for a learner (``--learner_main_loop_num_cores``, 0 = auto). On the CPU a
     convolutional learner is the bottleneck and the other processes mostly wait on it, so it gets
     every core; a small MLP loses more to thread synchronisation than it gains (measured on
     CartPole: -25% samples/s with 2 threads), as does a learner whose maths runs on a GPU."""
     if cfg.learner_main_loop_num_cores > 0:
         return cfg.learner_main_loop_num_cores
-    if resolve_device(cfg).type == "cuda" or len(obs_shape) < 2:
+    if resolve_device(cfg).type == "cuda" or obs_ndim < 2:
         return 1
     return len(os.sched_getaffinity(0))
 
@@ -124,10 +125,11 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
     rnn_size = max(1, model.rnn_state_size)
     num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(cfg),
                                      cfg.traj_buffers_excess_ratio, serial)
-    traj = [allocate_trajectory_buffers(num_slots, cfg.rollout, obs_space.shape, obs_space.dtype, rnn_size,
+    spec = obs_spec(obs_space)
+    traj = [allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size,
                                         action_shape(action_space), action_params_size(action_space))
             for _ in range(cfg.num_policies)]
-    agents = allocate_agent_buffers(num_agents_total, obs_space.shape, obs_space.dtype, rnn_size)
+    agents = allocate_agent_buffers(num_agents_total, spec, rnn_size)
     weights = [WeightsBuffer.for_model(model) for _ in range(cfg.num_policies)]
 
     new_queue = LocalQueue if serial else make_process_queue
@@ -219,7 +221,7 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
     cfg = w.cfg
     from sfx.experiment import setup_logging
     setup_logging(cfg, name)
-    torch.set_num_threads(learner_threads(cfg, w.env_info.observation_space.shape) if role == "learner" else 1)
+    torch.set_num_threads(learner_threads(cfg, max_obs_ndim(w.env_info.observation_space)) if role == "learner" else 1)
     if role == "rollout_worker" and cfg.set_workers_cpu_affinity and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[index % len(cores)]})

@@ -18,7 +18,7 @@ from sfx.algo.distributions import make_action_distribution
 from sfx.algo.gae import gae
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
 from sfx.algo.vtrace import vtrace
-from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer
+from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer, tree_map
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Learner:
 
     def _gather(self, slots: list[int]) -> dict[str, torch.Tensor]:
         idx = torch.as_tensor(slots, dtype=torch.long)
-        batch = {k: v.index_select(0, idx).to(self.device) for k, v in self.traj.tensors().items()}
+        batch = tree_map(lambda v: v.index_select(0, idx).to(self.device), self.traj.tensors())
         self.free_slots.put_many(list(slots))
         return batch
 
@@ -121,10 +121,8 @@ class Learner:
 
         lag = (self.train_step - batch["policy_versions"]).float()
         valids = (lag <= cfg.max_policy_lag) & batch["active"]
-        if cfg.normalize_input and getattr(self.model, "obs_normalizer", None) is not None:
-            obs_valid = batch["obs"][:, :T][valids]
-            if len(obs_valid):
-                self.model.update_obs_normalizer(obs_valid)
+        if cfg.normalize_input and self.model.has_obs_normalizer and bool(valids.any()):
+            self.model.update_obs_normalizer({k: v[:, :T][valids] for k, v in batch["obs"].items()})
 
         per_mb = trajectories_per_minibatch(cfg)
         stats_acc: dict[str, float] = {}
@@ -133,7 +131,7 @@ class Learner:
             perm = torch.randperm(n, device=self.device)
             for start in range(0, n, per_mb):
                 mb = perm[start:start + per_mb]
-                stats = self._train_minibatch({k: v[mb] for k, v in batch.items()}, valids[mb])
+                stats = self._train_minibatch(tree_map(lambda v: v[mb], batch), valids[mb])
                 for k, v in stats.items():
                     stats_acc[k] = stats_acc.get(k, 0.0) + v
                 num_steps += 1
@@ -157,7 +155,7 @@ class Learner:
 
         # Recompute the whole batch with current weights, `recurrence` steps at a time, starting
         # each chunk from the recurrent state the behaviour policy had there.
-        seq_obs = obs[:, :T].reshape(n * T // R, R, *obs.shape[2:])
+        seq_obs = {k: v[:, :T].reshape(n * T // R, R, *v.shape[2:]) for k, v in obs.items()}
         seq_init = mb["rnn_states"][:, 0:T:R].reshape(n * T // R, -1)
         prev_done = torch.cat([torch.zeros_like(done[:, :1]), done[:, :-1]], dim=1)
         seq_resets = prev_done.reshape(n * T // R, R)
@@ -166,7 +164,7 @@ class Learner:
         values_norm = out["values_normalized"].reshape(n, T)
         values = out["values"].reshape(n, T)
         with torch.no_grad():
-            bootstrap = model.forward_step(obs[:, T], mb["rnn_states"][:, T])["values"]
+            bootstrap = model.forward_step({k: v[:, T] for k, v in obs.items()}, mb["rnn_states"][:, T])["values"]
 
         space = model.action_space
         dist = make_action_distribution(space, params)

@@ -59,18 +59,19 @@ class PolicyWorker:
         n = len(rows)
         traj, dev = self.traj, self.device
 
-        obs = traj.obs[slots, ts]
+        obs = {k: v[slots, ts] for k, v in traj.obs.items()}
         rnn = traj.rnn_states[slots, ts]
         if bool(trunc_mask.any()):
             trunc_rows = rows_t[trunc_mask]
             agent_idx = trunc_rows[:, REQ_AGENT]
-            obs = torch.cat([obs, self.agents.final_obs[agent_idx]])
+            obs = {k: torch.cat([v, self.agents.final_obs[k][agent_idx]]) for k, v in obs.items()}
             rnn = torch.cat([rnn, self.agents.final_rnn[agent_idx]])
         else:
             trunc_rows = None
 
         with torch.no_grad():
-            out = self.model.forward_step(obs.to(dev, non_blocking=True), rnn.to(dev, non_blocking=True))
+            out = self.model.forward_step({k: v.to(dev, non_blocking=True) for k, v in obs.items()},
+                                          rnn.to(dev, non_blocking=True))
             params = out["action_params"][:n]
             dist = make_action_distribution(self.model.action_space, params)
             actions = dist.sample()

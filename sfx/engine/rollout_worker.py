@@ -14,12 +14,14 @@ import logging
 import time
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 from sfx.algo.distributions import action_to_env
-from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers
+from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, tree_map
 from sfx.engine.queues import Empty
 from sfx.envs.registry import env_seed
+from sfx.models.obs import BOX_KEY
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,11 @@ class RolloutWorker:
         self.agent_offset = worker_idx * num_local_agents
 
         # numpy views of shared memory: element writes are much cheaper than torch indexing
-        self.np = [{k: v.numpy() for k, v in tb.tensors().items()} for tb in traj_buffers]
-        self.final_obs = agent_buffers.final_obs.numpy()
+        self.np = [tree_map(lambda v: v.numpy(), tb.tensors()) for tb in traj_buffers]
+        self.final_obs = {k: v.numpy() for k, v in agent_buffers.final_obs.items()}
+        # a Box observation is stored under one key; a Dict one key by key (decided in start())
+        self.obs_keys = list(self.final_obs)
+        self.box_obs = True
         self.final_rnn = agent_buffers.final_rnn.numpy()
 
         self.slot = np.full(num_local_agents, -1, dtype=np.int64)
@@ -97,6 +102,7 @@ class RolloutWorker:
                                    f"{self.worker_idx}, expected {self.num_agents_per_env}")
             self.envs.append(env)
         self.action_space = self.envs[0].action_space
+        self.box_obs = not isinstance(self.envs[0].observation_space, gymnasium.spaces.Dict)
 
         for a in range(len(self.slot)):
             self.policy[a] = self._pick_policy()
@@ -110,7 +116,7 @@ class RolloutWorker:
                     return
                 self.slot[a], self.t[a] = slot, 0
                 p = self.policy[a]
-                self.np[p]["obs"][slot, 0] = obs[j]
+                self._write_obs(self.np[p]["obs"], (slot, 0), obs[j])
                 self.np[p]["rnn_states"][slot, 0] = 0.0
         for s in range(self.num_splits):
             self._send_requests(s)
@@ -193,19 +199,18 @@ class RolloutWorker:
                 # the learner bootstraps from V(final obs); the policy worker computes it with
                 # the state the episode would have continued with
                 g = self.agent_offset + a
-                self.final_obs[g] = info["final_obs"]
+                self._write_obs(self.final_obs, g, info["final_obs"])
                 self.final_rnn[g] = buf["rnn_states"][slot, t + 1]
                 self.trunc_slot[a], self.trunc_t[a] = slot, t
             buf["rnn_states"][slot, t + 1] = 0.0
             if self.num_policies > 1:
                 self.repick_policy[a] = True
         t += 1
+        self._write_obs(buf["obs"], (slot, t), obs)
         if t < self.rollout:
-            buf["obs"][slot, t] = obs
             self.t[a] = t
             return
         # trajectory complete: obs[T] and rnn_states[T] bootstrap it and start the next one
-        buf["obs"][slot, t] = obs
         new_p = p
         if self.repick_policy[a]:
             new_p = self._pick_policy()
@@ -214,11 +219,18 @@ class RolloutWorker:
         if new_slot is None:
             return
         nbuf = self.np[new_p]
-        nbuf["obs"][new_slot, 0] = obs
+        self._write_obs(nbuf["obs"], (new_slot, 0), obs)
         nbuf["rnn_states"][new_slot, 0] = buf["rnn_states"][slot, t] if new_p == p else 0.0
         # sent after the next answer, which may still write a truncation value into this slot
         self.pending_sends[a // self.agents_per_split].append((int(p), int(slot)))
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
+
+    def _write_obs(self, dst: dict, index, obs) -> None:
+        if self.box_obs:
+            dst[BOX_KEY][index] = obs
+        else:
+            for k in self.obs_keys:
+                dst[k][index] = obs[k]
 
     def _send_requests(self, split: int) -> None:
         agents = self._split_agents(split)

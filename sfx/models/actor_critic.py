@@ -18,7 +18,7 @@ in the env's reward scale.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -29,7 +29,8 @@ from sfx.algo.distributions import action_params_size
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.cfg import ConfigError
 from sfx.models.cores import make_core
-from sfx.models.encoders import init_weights, make_builtin_encoder
+from sfx.models.encoders import DictEncoder, init_weights, make_builtin_encoder
+from sfx.models.obs import BOX_KEY, as_obs_dict, map_obs, obs_spec
 from sfx.models.registry import resolve_encoder
 
 POLICY_HEAD_GAIN = 0.01  # near-uniform initial policy (Andrychowicz et al. 2021, "What matters in on-policy RL")
@@ -53,18 +54,33 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.obs_space = obs_space
         self.action_space = action_space
-        obs_shape = tuple(getattr(obs_space, "shape", None) or ())
-        obs_dtype = getattr(obs_space, "dtype", None)
-
-        is_box = isinstance(obs_space, gym.spaces.Box)
+        self.dict_obs = isinstance(obs_space, gym.spaces.Dict)
+        spec = obs_spec(obs_space)  # rejects spaces sfx cannot buffer
         self.obs_scale = float(getattr(cfg, "obs_scale", 255.0))
-        if is_box and self.obs_scale <= 0:
+        if self.obs_scale <= 0:
             raise ConfigError(f"obs_scale {self.obs_scale} is not valid; allowed: a number > 0")
-        self.scale_obs = is_box and len(obs_shape) >= 2 and obs_dtype is not None and np.issubdtype(obs_dtype, np.integer)
-        if is_box and len(obs_shape) == 1 and getattr(cfg, "normalize_input", True):
-            self.obs_normalizer: RunningMeanStd | None = RunningMeanStd(obs_shape)
+        normalize_input = bool(getattr(cfg, "normalize_input", True))
+        # per key: integer images are scaled, float vectors standardized, integer vectors are
+        # token ids (kept as integers), anything else passes through as float
+        self.obs_kinds: dict[str, str] = {}
+        normalizers = {}
+        for key, (shape, dtype) in spec.items():
+            integer = np.issubdtype(dtype, np.integer)
+            if len(shape) >= 2:
+                self.obs_kinds[key] = "scaled" if integer else "float"
+            elif len(shape) == 1 and integer and self.dict_obs:
+                self.obs_kinds[key] = "tokens"
+            elif len(shape) == 1 and normalize_input:
+                self.obs_kinds[key] = "normalized"
+                normalizers[key] = RunningMeanStd(shape)
+            else:
+                self.obs_kinds[key] = "float"
+        if self.dict_obs:
+            self.obs_normalizer: RunningMeanStd | None = None
+            self.key_normalizers = nn.ModuleDict(normalizers)
         else:
-            self.obs_normalizer = None
+            self.obs_normalizer = normalizers.get(BOX_KEY)
+            self.key_normalizers = nn.ModuleDict()
         # returns are not clipped: a clipped target would cap what the critic can learn
         self.returns_normalizer: RunningMeanStd | None = (
             RunningMeanStd((), clip=None) if getattr(cfg, "normalize_returns", False) else None)
@@ -72,7 +88,8 @@ class ActorCritic(nn.Module):
         if encoder is None:
             name, factory = resolve_encoder(cfg, obs_space)
             if factory is None:
-                encoder = make_builtin_encoder(name, cfg, obs_shape)
+                encoder = (DictEncoder(cfg, obs_space, name) if self.dict_obs
+                           else make_builtin_encoder(name, cfg, obs_space.shape))
                 init_weights(encoder, getattr(cfg, "policy_initialization", "orthogonal"),
                              float(getattr(cfg, "policy_init_gain", 1.0)))
             else:
@@ -96,19 +113,36 @@ class ActorCritic(nn.Module):
 
     # ----- normalizers -----------------------------------------------------------------------
 
-    def preprocess_obs(self, obs: torch.Tensor) -> torch.Tensor:
-        """Raw observations ``[N, *obs_shape]`` (as stored in buffers) -> float encoder input."""
-        if self.scale_obs:
-            return obs.float() / self.obs_scale
-        if self.obs_normalizer is not None:
-            return self.obs_normalizer.normalize(obs.float())
-        return obs.float()
+    @property
+    def has_obs_normalizer(self) -> bool:
+        return self.obs_normalizer is not None or len(self.key_normalizers) > 0
+
+    def _normalizer(self, key: str) -> RunningMeanStd | None:
+        return self.key_normalizers[key] if self.dict_obs else self.obs_normalizer
+
+    def preprocess_obs(self, obs: torch.Tensor | Mapping[str, torch.Tensor]) -> Any:
+        """Raw observations (as stored in buffers) -> encoder input: a float tensor for a Box
+        space, ``{key: tensor}`` for a Dict space (token ids stay integers)."""
+        out = {}
+        for key, x in as_obs_dict(obs).items():
+            kind = self.obs_kinds[key]
+            if kind == "scaled":
+                out[key] = x.float() / self.obs_scale
+            elif kind == "normalized":
+                out[key] = self._normalizer(key).normalize(x.float())
+            elif kind == "tokens":
+                out[key] = x.long()
+            else:
+                out[key] = x.float()
+        return out if self.dict_obs else out[BOX_KEY]
 
     @torch.no_grad()
-    def update_obs_normalizer(self, obs: torch.Tensor) -> None:
-        """Fold raw observations ``[..., *obs_shape]`` into the input statistics (no-op if disabled)."""
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.update(obs.float())
+    def update_obs_normalizer(self, obs: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
+        """Fold raw observations ``[..., *obs_shape]`` (per key for Dict spaces) into the input
+        statistics (no-op if disabled)."""
+        for key, x in as_obs_dict(obs).items():
+            if self.obs_kinds.get(key) == "normalized":
+                self._normalizer(key).update(x.float())
 
     def normalize_values(self, v: torch.Tensor) -> torch.Tensor:
         """Returns in the reward scale -> the value head's scale (identity if disabled)."""
@@ -120,11 +154,13 @@ class ActorCritic(nn.Module):
 
     # ----- forward passes --------------------------------------------------------------------
 
-    def forward_step(self, obs: torch.Tensor, rnn_states: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward_step(self, obs: torch.Tensor | Mapping[str, torch.Tensor],
+                     rnn_states: torch.Tensor) -> dict[str, torch.Tensor]:
         """One step for a batch of agents.
 
         Args:
-            obs: ``[B, *obs_shape]`` raw observations.
+            obs: ``[B, *obs_shape]`` raw observations (``{key: [B, *shape]}`` for a Dict space; a
+                Box observation may also come as ``{"obs": tensor}``).
             rnn_states: ``[B, S]`` state before this step (``S >= 1``; ignored without an RNN).
 
         Returns:
@@ -141,20 +177,21 @@ class ActorCritic(nn.Module):
             "new_rnn_states": new_states,
         }
 
-    def forward_sequence(self, obs: torch.Tensor, rnn_init: torch.Tensor,
+    def forward_sequence(self, obs: torch.Tensor | Mapping[str, torch.Tensor], rnn_init: torch.Tensor,
                          resets: torch.Tensor) -> dict[str, torch.Tensor]:
         """``T`` steps of ``B`` sequences at once; equals ``T`` calls of ``forward_step``.
 
         Args:
-            obs: ``[B, T, *obs_shape]`` raw observations.
+            obs: ``[B, T, *obs_shape]`` raw observations (per key for a Dict space).
             rnn_init: ``[B, S]`` state before step 0.
             resets: ``[B, T]`` bool; True zeroes the state before that step (episode start).
 
         Returns:
             ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``.
         """
-        B, T = obs.shape[:2]
-        x = self.encoder(self.preprocess_obs(obs.reshape(B * T, *obs.shape[2:])))
+        B, T = resets.shape
+        flat = map_obs(lambda v: v.reshape(B * T, *v.shape[2:]), as_obs_dict(obs))
+        x = self.encoder(self.preprocess_obs(flat))
         x = self.core.forward_sequence(x.reshape(B, T, -1), rnn_init, resets)
         x = x.reshape(B * T, -1)
         values_norm = self.value_head(x).reshape(B, T)

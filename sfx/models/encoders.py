@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -135,11 +136,12 @@ def resnet_impala(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
 
 
 class MlpEncoder(nn.Module):
-    """Flattened observation -> fc ``hidden_size`` -> nl -> fc ``hidden_size`` -> nl."""
+    """Flattened observation -> fc ``hidden`` -> nl -> fc ``hidden`` -> nl (``hidden``: ``cfg.hidden_size``
+    unless given)."""
 
-    def __init__(self, cfg: Any, obs_shape: Sequence[int]):
+    def __init__(self, cfg: Any, obs_shape: Sequence[int], hidden: int | None = None):
         super().__init__()
-        hidden = getattr(cfg, "hidden_size", 512)
+        hidden = getattr(cfg, "hidden_size", 512) if hidden is None else hidden
         nl = getattr(cfg, "nonlinearity", "elu")
         in_size = int(math.prod(obs_shape))
         self.net = nn.Sequential(
@@ -150,6 +152,63 @@ class MlpEncoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs.flatten(1))
+
+
+class TokenEncoder(nn.Module):
+    """Integer token ids ``[N, L]`` (0 = padding, at the end) -> ``[N, hidden]``: embeddings read by
+    a GRU, whose state after the last real token is the output (IMPALA's DMLab-30 agent reads
+    instructions with an LSTM the same way). An all-padding row gives the GRU's output for
+    one padding token."""
+
+    def __init__(self, vocab_size: int, embedding_size: int = 32, hidden: int = 64):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=0)
+        self.rnn = nn.GRU(embedding_size, hidden, batch_first=True)
+        self.out_size = hidden
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        lengths = (tokens != 0).sum(dim=1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(self.embedding(tokens), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        _, h = self.rnn(packed)
+        return h[-1]
+
+
+DICT_VECTOR_HIDDEN = 128  # measurements and other vectors beside an image are small
+
+
+class DictEncoder(nn.Module):
+    """Dict observations: one encoder per key, outputs concatenated in sorted key order.
+
+    * 2-D / 3-D keys (images): the built-in encoder ``image_encoder`` (an image subtype, or
+      ``mlp`` to flatten them);
+    * 1-D integer keys: token ids read by :class:`TokenEncoder` (vocabulary: the Box's ``high`` + 1);
+    * other 1-D keys (e.g. VizDoom measurements): an MLP of ``DICT_VECTOR_HIDDEN`` units.
+    """
+
+    def __init__(self, cfg: Any, obs_space: Any, image_encoder: str):
+        super().__init__()
+        parts = {}
+        for key in sorted(obs_space.spaces):
+            sub = obs_space.spaces[key]
+            shape = tuple(sub.shape)
+            if "." in key or not key:
+                raise ConfigError(f"observation key {key!r} is not valid; allowed: a non-empty name without '.'")
+            if len(shape) >= 2:
+                parts[key] = make_builtin_encoder(image_encoder, cfg, shape)
+            elif len(shape) == 1 and np.issubdtype(sub.dtype, np.integer):
+                vocab = int(np.max(sub.high)) + 1
+                if vocab < 2 or vocab > 10_000_000:
+                    raise ConfigError(f"observation key {key!r} holds token ids up to {vocab - 1}; allowed: "
+                                      f"a Box with 1 <= high < 10,000,000 (0 is padding)")
+                parts[key] = TokenEncoder(vocab)
+            else:
+                parts[key] = MlpEncoder(cfg, shape, hidden=DICT_VECTOR_HIDDEN)
+        self.parts = nn.ModuleDict(parts)
+        self.out_size = sum(int(p.out_size) for p in self.parts.values())
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([enc(obs[key]) for key, enc in self.parts.items()], dim=1)
 
 
 BUILTIN_ENCODERS = {

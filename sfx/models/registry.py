@@ -9,9 +9,13 @@ Resolution (``resolve_encoder``), first match wins:
    (``conv``: convnet_simple | convnet_impala; ``resnet``: resnet_impala).
 5. ``encoder_type`` ``mlp`` -> the built-in MLP over the flattened observation.
 
+A Dict observation space gets the built-in ``DictEncoder`` (one encoder per key, concatenated);
+the name resolved by the rules above is the encoder its image keys get.
+
 A custom factory is called as ``factory(cfg, obs_space)`` and must return an ``nn.Module`` with an
 integer ``out_size`` attribute; it receives float observations in the env's own layout, images
-already divided by ``cfg.obs_scale`` and 1-D vectors already normalized when ``normalize_input``.
+already divided by ``cfg.obs_scale`` and 1-D vectors already normalized when ``normalize_input``
+(for a Dict space: ``{key: tensor}`` so prepared, integer 1-D keys as int64 token ids).
 """
 
 from __future__ import annotations
@@ -80,12 +84,18 @@ def resolve_encoder(cfg: Any, obs_space: gym.Space) -> tuple[str, EncoderFactory
     if enc_subtype in _custom_encoders:
         return enc_subtype, _custom_encoders[enc_subtype]
 
-    shape = getattr(obs_space, "shape", None)
-    if not isinstance(obs_space, gym.spaces.Box) or shape is None:
-        raise ConfigError(f"observation space {obs_space} is not supported by the built-in encoders; "
-                          f"allowed: gymnasium Box (or register a custom encoder)")
-    if len(shape) == 1 or enc_type == "mlp":
-        return "mlp", None
+    if isinstance(obs_space, gym.spaces.Dict):
+        # a DictEncoder: the name returned is the one its image keys get
+        shapes = [getattr(s, "shape", None) or () for s in obs_space.spaces.values()]
+        if enc_type == "mlp" or all(len(s) < 2 for s in shapes):
+            return "mlp", None
+    else:
+        shape = getattr(obs_space, "shape", None)
+        if not isinstance(obs_space, gym.spaces.Box) or shape is None:
+            raise ConfigError(f"observation space {obs_space} is not supported by the built-in encoders; "
+                              f"allowed: gymnasium Box or Dict of Boxes (or register a custom encoder)")
+        if len(shape) == 1 or enc_type == "mlp":
+            return "mlp", None
     allowed = IMAGE_SUBTYPES[enc_type]
     if enc_subtype not in allowed:
         raise ConfigError(f"encoder_subtype {enc_subtype!r} does not fit encoder_type {enc_type!r}; "

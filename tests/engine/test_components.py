@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sfx.engine.buffers import WeightsBuffer, allocate_trajectory_buffers, num_trajectory_slots
+from sfx.engine.buffers import WeightsBuffer, allocate_trajectory_buffers, num_trajectory_slots, tree_map
 from sfx.engine.queues import Empty, LocalQueue, drain, make_process_queue
 from sfx.engine.stats import ThroughputMeter, format_duration
 
@@ -49,11 +49,15 @@ def test_weights_buffer_skips_a_write_in_progress():
 
 
 def test_trajectory_buffers_are_shared_and_shaped():
-    tb = allocate_trajectory_buffers(5, 8, (72, 128, 3), np.uint8, rnn_size=16, action_dim=2, action_params_size=7)
-    assert tb.obs.shape == (5, 9, 72, 128, 3) and tb.obs.dtype == torch.uint8
+    spec = {"obs": ((72, 128, 3), np.dtype(np.uint8)), "measurements": ((7,), np.dtype(np.float32))}
+    tb = allocate_trajectory_buffers(5, 8, spec, rnn_size=16, action_dim=2, action_params_size=7)
+    assert tb.obs["obs"].shape == (5, 9, 72, 128, 3) and tb.obs["obs"].dtype == torch.uint8
+    assert tb.obs["measurements"].shape == (5, 9, 7) and tb.obs["measurements"].dtype == torch.float32
     assert tb.rnn_states.shape == (5, 9, 16)
     assert tb.actions.shape == (5, 8, 2) and tb.action_params.shape == (5, 8, 7)
-    assert all(t.is_shared() for t in tb.tensors().values())
+    leaves = []
+    tree_map(leaves.append, tb.tensors())
+    assert len(leaves) == 13 and all(t.is_shared() for t in leaves)
 
 
 def test_slot_pool_covers_agents_and_queued_batches():

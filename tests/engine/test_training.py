@@ -115,7 +115,7 @@ def test_stale_and_inactive_samples_are_not_trained_on(tmp_path):
     n = cfg.batch_size // cfg.rollout
     slots = [int(w.free_slots[0].get()) for _ in range(n)]
     tb = w.traj[0]
-    tb.obs[slots] = torch.randn_like(tb.obs[slots])
+    tb.obs["obs"][slots] = torch.randn_like(tb.obs["obs"][slots])
     tb.policy_versions[slots[: n // 2]] = 0
     tb.policy_versions[slots[n // 2:]] = -100  # far behind the learner
     tb.active[slots] = True

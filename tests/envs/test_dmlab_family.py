@@ -4,6 +4,7 @@ frame skip, episode ends, instructions, level cache, human-normalised scores, le
 import sys
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -133,18 +134,29 @@ def test_seeded_envs_replay_episodes(lab):
     assert not np.array_equal(frames(7, 0), frames(7, 1))
 
 
-def test_instructions_in_info_and_tokenizer(lab):
+def test_instructions_in_obs_and_info_and_tokenizer(lab):
     from sfx.envs.dmlab import InstructionTokenizer
 
     env = make_env(cfg_of("dmlab_language_select_located_object"))
-    _, infos = env.reset()
+    assert isinstance(env.observation_space, gymnasium.spaces.Dict)
+    obs, infos = env.reset()
     instr = infos[0]["instr"]
     assert instr.startswith("Pick the ")
-    _, _, _, _, infos = env.step([0])
-    assert infos[0]["instr"] == instr
+    tokens = obs[0]["instr"]
+    assert tokens.dtype == np.int32 and tokens.shape == (16,)
+    assert tokens.tolist() == InstructionTokenizer(1000, 16)(instr).tolist() and tokens[0] > 0
+    assert env.observation_space.contains(obs[0])
+    obs, _, _, _, infos = env.step([0])
+    assert infos[0]["instr"] == instr and obs[0]["instr"].tolist() == tokens.tolist()
+    # single non-language levels see frames alone unless asked; dmlab_30 always has the key
     plain = make_env(cfg_of("dmlab_rooms_watermaze"))
-    _, infos = plain.reset()
-    assert "instr" not in infos[0]
+    obs, infos = plain.reset()
+    assert "instr" not in infos[0] and isinstance(obs[0], np.ndarray)
+    asked = make_env(cfg_of("dmlab_rooms_watermaze", dmlab_use_instructions=True, dmlab_instruction_max_len=4))
+    obs, _ = asked.reset()
+    assert obs[0]["instr"].tolist() == [0, 0, 0, 0]  # no instruction: all padding
+    suite = make_env(cfg_of("dmlab_30"), {"worker_index": 3, "vector_index": 0, "env_id": 3})
+    assert set(suite.observation_space.spaces) == {"obs", "instr"}
 
     tok = InstructionTokenizer(vocab_size=1000, max_len=8)
     ids = tok("Pick the red hat, in the BLUE room!")

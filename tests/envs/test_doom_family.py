@@ -124,16 +124,16 @@ def test_reward_shaping_components():
     shots = 0
     for t in range(12):
         action = 1 if t % 2 == 0 else 0  # discrete 1 = ATTACK alone in basic
-        _, r0, term, trunc, i0 = plain.step([action])
-        _, r1, _, _, i1 = shaped.step([action])
+        o0, r0, term, trunc, _ = plain.step([action])
+        o1, r1, _, _, _ = shaped.step([action])
         if term[0] or trunc[0]:
             break
-        ammo = i0[0]["measurements"][names.index("SELECTED_WEAPON_AMMO")]
+        ammo = o0[0]["measurements"][names.index("SELECTED_WEAPON_AMMO")]
         if ammo_before is not None:
             assert r1[0] - r0[0] == pytest.approx(2.0 * (ammo - ammo_before))
             shots += ammo < ammo_before
         ammo_before = ammo
-        assert np.array_equal(i0[0]["measurements"], i1[0]["measurements"])
+        assert np.array_equal(o0[0]["measurements"], o1[0]["measurements"])
     assert shots >= 3
     assert shaped.env.reward_shaping.weights == {"ammo_delta": 2.0}  # what PBT would replace
     plain.close(), shaped.close()
@@ -149,18 +149,23 @@ def test_shaping_sums_in_episode_stats():
     env.close()
 
 
-def test_measurements_in_info():
+def test_measurements_in_a_dict_observation():
     env = doom(doom_measurements=True)
-    obs, infos = env.reset()
-    m = infos[0]["measurements"]
+    obs, _ = env.reset()
     names = env.env.measurement_names
+    assert isinstance(env.observation_space, gymnasium.spaces.Dict)
+    assert set(env.observation_space.spaces) == {"obs", "measurements"}
+    m = obs[0]["measurements"]
     assert m.dtype == np.float32 and m.shape == (len(names),)
+    assert obs[0]["obs"].shape == env.observation_space["obs"].shape
     assert names[0] == "AMMO2"  # the scenario's own variables first
     assert m[names.index("HEALTH")] == 100.0
-    _, _, _, _, infos = env.step([0])
-    assert "measurements" in infos[0]
+    assert env.observation_space.contains(obs[0])
+    for t in range(6):  # shoot: the ammo count goes down in the observation
+        obs, _, _, _, _ = env.step([1 if t % 2 == 0 else 0])
+    assert obs[0]["measurements"][names.index("AMMO2")] < m[names.index("AMMO2")]
     plain = doom()
-    assert "measurements" not in plain.reset()[1][0]
+    assert isinstance(plain.observation_space, gymnasium.spaces.Box)
     env.close(), plain.close()
 
 
@@ -241,3 +246,41 @@ def test_unknown_scenarios(name, message):
 def test_bad_family_flags(overrides, message):
     with pytest.raises(ConfigError, match=message):
         default_cfg("doom_basic", **overrides)
+
+
+def test_custom_scenario_registration(tmp_path):
+    from sfx.envs.doom import DoomScenario, register_doom_scenario
+    from sfx.envs.registry import unregister_env_family
+    from sfx_examples.train_custom_doom_scenario import ENV_NAME, SCENARIO
+
+    # the example's scenario: its own cfg on a bundled map, with every doom flag
+    assert ENV_NAME == "doom_medkit_run"
+    cfg = default_cfg(ENV_NAME, seed=1)
+    assert cfg.doom_measurements and cfg.doom_reward_shaping == "health_delta=0.01,death=-1" and cfg.res_w == 64
+    env = make_env(cfg)
+    assert list(env.env.button_names) == ["TURN_LEFT", "TURN_RIGHT", "MOVE_FORWARD"]
+    obs, _ = env.reset()
+    assert obs[0]["obs"].shape == (3, 48, 64)
+    assert env.env.measurement_names[0] == "HEALTH"
+    hurt = False
+    for _ in range(40):  # standing on the acid floor hurts: health goes down, shaping gives < 0
+        obs, rewards, term, trunc, _ = env.step([0])
+        hurt |= rewards[0] < 0
+    assert hurt and obs[0]["measurements"][0] < 100
+    env.close()
+
+    with pytest.raises(ValueError, match="taken by a built-in"):
+        register_doom_scenario(DoomScenario("basic", "basic.cfg"))
+    with pytest.raises(ValueError, match="wad file .*nowhere.wad does not exist"):
+        register_doom_scenario(DoomScenario("tst_x", SCENARIO.cfg_file, wad_file="nowhere.wad"))
+    mine = tmp_path / "mine.cfg"
+    mine.write_text("episode_timeout = 20\navailable_buttons = { ATTACK }\n")
+    name = register_doom_scenario(DoomScenario("tst_mine", str(mine), wad_file="basic.wad"))
+    try:
+        env = make_env(default_cfg(name, seed=1))
+        env.reset()
+        steps, *_ = run_episode(env, lambda t: 0, limit=100)
+        assert steps == 5  # 20 tics at frameskip 4
+        env.close()
+    finally:
+        unregister_env_family(name)

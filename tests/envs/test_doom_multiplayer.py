@@ -218,3 +218,23 @@ def test_match_dies_with_its_parent(tmp_path):
 def test_bad_multiplayer_flags_are_config_errors(name, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         default_cfg(name, **overrides)
+
+
+def test_measurements_and_render_of_a_match():
+    cfg = default_cfg("doom_duel", seed=1, doom_timelimit_min=SHORT, doom_measurements=True, res_w=64, res_h=48)
+    env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0}, render_mode="rgb_array")
+    try:
+        assert set(env.observation_space.spaces) == {"obs", "measurements"}
+        obs, _ = env.reset()
+        assert all(env.observation_space.contains(o) for o in obs)
+        assert obs[0]["obs"].shape == (3, 48, 64)
+        frame = env.render()
+        assert frame.shape == (48, 64, 3) and frame.dtype == np.uint8
+        assert np.array_equal(frame, obs[0]["obs"].transpose(1, 2, 0))
+        rng = np.random.default_rng(3)
+        for _ in range(10):
+            obs, *_ = env.step([int(rng.integers(env.action_space.n)) for _ in range(2)])
+        assert obs[1]["measurements"].dtype == np.float32
+        assert np.array_equal(env.render(), obs[0]["obs"].transpose(1, 2, 0))
+    finally:
+        env.close()

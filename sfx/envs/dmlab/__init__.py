@@ -13,9 +13,12 @@ Env names:
 
 Observations: ``uint8 (3, 72, 96)`` RGB frames by default (``--dmlab_res_h``, ``--dmlab_res_w``).
 Actions: the 9 IMPALA actions, or the 15 PopArt ones with ``--dmlab_extended_action_set``.
-One step is ``--env_frameskip`` frames (default 4, as IMPALA). Language levels give their
-instruction in ``info['instr']`` (see :mod:`sfx.envs.dmlab.instructions` for the tokenizer and the
-plan for feeding it to the policy).
+One step is ``--env_frameskip`` frames (default 4, as IMPALA). Instructions (language levels):
+with ``--dmlab_use_instructions`` (default: on for ``dmlab_30`` and ``language_*`` levels) the
+observation is a Dict of the frame (``"obs"``) and the instruction as word ids (``"instr"``,
+``int32[--dmlab_instruction_max_len]``, see :mod:`sfx.envs.dmlab.instructions`), which the model
+reads with an embedding + GRU beside the image encoder, as IMPALA's DMLab-30 agent does; the
+string itself is in ``info['instr']``.
 
 Episode stats (TensorBoard ``episode/...``): ``dmlab_raw_score``, ``dmlab_human_normalized_score``
 (DMLab-30 levels), per level ``dmlab30/<level>/raw_score`` and ``.../hns``, and
@@ -41,7 +44,7 @@ from sfx.cfg.arguments import add_bool_arg
 from sfx.cfg.errors import ConfigError
 from sfx.envs.dmlab.actions import EXTENDED_ACTIONS, IMPALA_ACTIONS, action_names, action_table
 from sfx.envs.dmlab.env import DmLabEnv, episode_stats, import_deepmind_lab, target_objective
-from sfx.envs.dmlab.instructions import InstructionTokenizer
+from sfx.envs.dmlab.instructions import DEFAULT_MAX_LEN, DEFAULT_VOCAB_SIZE, InstructionTokenizer
 from sfx.envs.dmlab.level_cache import DirectoryLevelCache
 from sfx.envs.dmlab.levels import (BASELINES, CLASSIC_LEVELS, DMLAB30_LEVELS, DMLAB30_TEST_LEVEL,
                                    dmlab30_level_for, dmlab30_score, human_normalized_score, known_level_names)
@@ -99,8 +102,33 @@ def add_dmlab_params(parser: argparse.ArgumentParser) -> None:
                         "then not checked against the built-in list")
     g.add_argument("--dmlab30_level_assignment", choices=["worker", "env"], default="worker",
                    help="dmlab_30: level = DMLAB30_LEVELS[worker_index % 30] (worker) or [env_id % 30] (env)")
+    g.add_argument("--dmlab_use_instructions", type=_auto_bool, default=None, metavar="BOOL",
+                   help="observe the level's instruction as word ids beside the frame (a Dict observation); "
+                        "default: on for dmlab_30 and language_* levels, off for the others")
+    g.add_argument("--dmlab_instruction_vocab_size", type=int, default=DEFAULT_VOCAB_SIZE,
+                   help="word ids are hashed into this many ids (0 is padding)")
+    g.add_argument("--dmlab_instruction_max_len", type=int, default=DEFAULT_MAX_LEN,
+                   help="words kept per instruction")
     add_bool_arg(g, "dmlab_use_test_levels", False,
                  "dmlab_30: play the held-out _test variants of the two rooms_*_train levels (evaluation)")
+
+
+def _auto_bool(text: str) -> bool:
+    lowered = str(text).lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; allowed: True or False")
+
+
+def uses_instructions(full_env_name: str, cfg: Any) -> bool:
+    """``--dmlab_use_instructions``, or by default: dmlab_30 and the language_* levels."""
+    flag = getattr(cfg, "dmlab_use_instructions", None)
+    if flag is not None:
+        return bool(flag)
+    name = level_name(full_env_name)
+    return name == SUITE or name.startswith("language_")
 
 
 def check_level_name(full_env_name: str, level_directory: str | None = None) -> None:
@@ -127,6 +155,11 @@ def validate_dmlab_cfg(cfg: argparse.Namespace) -> None:
         value = getattr(cfg, flag, None)
         if value and not os.path.isdir(os.path.expanduser(value)):
             raise ConfigError(f"--{flag}={value} is not a folder")
+    if getattr(cfg, "dmlab_instruction_vocab_size", DEFAULT_VOCAB_SIZE) < 2:
+        raise ConfigError(f"--dmlab_instruction_vocab_size={cfg.dmlab_instruction_vocab_size} must be >= 2 "
+                          f"(id 0 is padding)")
+    if getattr(cfg, "dmlab_instruction_max_len", DEFAULT_MAX_LEN) < 1:
+        raise ConfigError(f"--dmlab_instruction_max_len={cfg.dmlab_instruction_max_len} must be >= 1")
     cache_dir = getattr(cfg, "dmlab_level_cache_dir", None)
     if cache_dir:
         from sfx.cfg.validation import check_writable_dir
@@ -160,6 +193,9 @@ def make_dmlab_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
         objective="hns_capped" if level_name(full_env_name) == SUITE else "raw",
         render_mode=render_mode,
         env_name=full_env_name,
+        instructions=InstructionTokenizer(getattr(cfg, "dmlab_instruction_vocab_size", DEFAULT_VOCAB_SIZE),
+                                          getattr(cfg, "dmlab_instruction_max_len", DEFAULT_MAX_LEN))
+        if uses_instructions(full_env_name, cfg) else None,
     )
     return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))
 

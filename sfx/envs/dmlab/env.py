@@ -11,6 +11,7 @@ import numpy as np
 
 from sfx.cfg.errors import ConfigError
 from sfx.envs.dmlab.actions import action_table
+from sfx.envs.dmlab.instructions import InstructionTokenizer
 from sfx.envs.dmlab.levels import HNS_CAP, human_normalized_score, level_path
 
 INSTALL_HINT = (
@@ -59,6 +60,9 @@ class DmLabEnv(gymnasium.Env):
         objective: ``'hns_capped'`` (dmlab_30) or ``'raw'`` (single levels), see :func:`target_objective`.
         render_mode: ``'rgb_array'`` (``render()`` returns an ``(H, W, 3)`` frame) or None.
         env_name: the ``--env`` name, for error messages.
+        instructions: an :class:`InstructionTokenizer`: observations become a Dict of the frame
+            (``"obs"``) and the tokenized instruction (``"instr"``, ``int32[max_len]``, all padding
+            on levels without one); None: the frame alone.
     """
 
     metadata = {"render_modes": ["rgb_array", "human"], "render_fps": 15}
@@ -66,7 +70,8 @@ class DmLabEnv(gymnasium.Env):
     def __init__(self, level: str, extended_action_set: bool = False, frameskip: int = 4, width: int = 96,
                  height: int = 72, renderer: str = "software", level_cache: Any = None,
                  dataset_path: str | None = None, level_directory: str | None = None, objective: str = "raw",
-                 render_mode: str | None = None, env_name: str = "dmlab_") -> None:
+                 render_mode: str | None = None, env_name: str = "dmlab_",
+                 instructions: InstructionTokenizer | None = None) -> None:
         if frameskip < 1:
             raise ValueError(f"frameskip must be >= 1, got {frameskip}")
         if render_mode not in (None, "rgb_array", "human"):
@@ -79,7 +84,15 @@ class DmLabEnv(gymnasium.Env):
         # DeepMind Lab runs at 60 frames per second: that many agent steps per second of game time
         self.metadata = {**self.metadata, "render_fps": max(1, round(60 / self.frameskip))}
         self.actions = action_table(extended_action_set)
-        self.observation_space = gymnasium.spaces.Box(0, 255, (3, height, width), np.uint8)
+        frame_space = gymnasium.spaces.Box(0, 255, (3, height, width), np.uint8)
+        self.frame_space = frame_space
+        self.tokenizer = instructions
+        if instructions is None:
+            self.observation_space: gymnasium.Space = frame_space
+        else:
+            self.observation_space = gymnasium.spaces.Dict({
+                "obs": frame_space,
+                "instr": gymnasium.spaces.Box(0, instructions.vocab_size - 1, (instructions.max_len,), np.int32)})
         self.action_space = gymnasium.spaces.Discrete(len(self.actions))
 
         config = {"width": str(width), "height": str(height)}
@@ -91,19 +104,28 @@ class DmLabEnv(gymnasium.Env):
         # as IMPALA's DMLab-30 agent relies on
         self.lab = lab_module.Lab(level_path(level), ["RGB", "INSTR"], config=config, renderer=renderer,
                                   level_cache=level_cache)
-        self.last_obs = np.zeros(self.observation_space.shape, np.uint8)
+        self.last_obs = np.zeros(frame_space.shape, np.uint8)
         self.instr = ""
+        self._tokens: np.ndarray | None = None
         self.episode_return = 0.0
 
-    def _read_obs(self) -> np.ndarray:
+    def _read_obs(self) -> Any:
         obs = self.lab.observations()
         frame = obs["RGB"]
-        if frame.shape != self.observation_space.shape or frame.dtype != np.uint8:
+        if frame.shape != self.frame_space.shape or frame.dtype != np.uint8:
             raise RuntimeError(f"DeepMind Lab gave an RGB frame of {frame.shape} {frame.dtype}, "
-                               f"expected {self.observation_space.shape} uint8")
+                               f"expected {self.frame_space.shape} uint8")
         self.last_obs = frame
-        self.instr = str(obs.get("INSTR", ""))
-        return frame
+        instr = str(obs.get("INSTR", ""))
+        if instr != self.instr or self._tokens is None:
+            self.instr = instr
+            self._tokens = self.tokenizer(instr) if self.tokenizer is not None else None
+        return self._observation()
+
+    def _observation(self) -> Any:
+        if self.tokenizer is None:
+            return self.last_obs
+        return {"obs": self.last_obs, "instr": self._tokens}
 
     def _info(self) -> dict:
         return {"instr": self.instr} if self.instr else {}
@@ -127,7 +149,7 @@ class DmLabEnv(gymnasium.Env):
         # the episode is over: DeepMind Lab has no frame to show any more, the last one stands in
         info = self._info()
         info["episode_extra_stats"] = episode_stats(self.level, self.episode_return, self.objective)
-        return self.last_obs, reward, True, False, info
+        return self._observation(), reward, True, False, info
 
     def render(self) -> np.ndarray | None:
         frame = np.ascontiguousarray(self.last_obs.transpose(1, 2, 0))

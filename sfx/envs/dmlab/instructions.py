@@ -1,11 +1,9 @@
 """Language instructions of DMLab's ``language_*`` levels as fixed-length integer token arrays.
 
-Today the engine stores only one Box observation per agent, so the ``dmlab_`` envs expose the
-instruction string as ``info['instr']`` (every step of a language level) and the policy does not
-see it. The plan, once observations may be dicts of Boxes: add ``obs['instr']`` =
-``Box(0, vocab_size - 1, (max_len,), int32)`` made by :class:`InstructionTokenizer`, and an
-instruction encoder (embedding + LSTM over the tokens, or a bag of embeddings; 0 is padding and
-must be masked) whose output is concatenated with the image encoder's, as IMPALA does on DMLab-30.
+With ``--dmlab_use_instructions`` the ``dmlab_`` envs observe ``obs['instr']`` =
+``Box(0, vocab_size - 1, (max_len,), int32)`` made by :class:`InstructionTokenizer`; sfx's model
+reads it with an embedding + GRU (0 is padding and is skipped) whose output is concatenated with
+the image encoder's, as IMPALA does on DMLab-30 (``sfx.models.encoders.TokenEncoder``).
 
 Tokens are words hashed into a fixed vocabulary, so no vocabulary file has to be built or shipped,
 the same word maps to the same id in every process and every run (a keyed hash, not Python's

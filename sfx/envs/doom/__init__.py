@@ -10,7 +10,7 @@ fixed-cost scenario for throughput runs). Flags of the family:
 * ``--pixel_format`` (rgb): ``rgb`` -> ``(3, H, W)`` or ``gray`` -> ``(1, H, W)``, uint8.
 * ``--doom_action_space`` (discrete): ``discrete`` = one Discrete over all combinations of button
   groups; ``tuple`` = a Tuple of one Discrete per group (see :mod:`sfx.envs.doom.actions`).
-* ``--doom_measurements`` (False): game variables in ``info['measurements']`` (see :mod:`sfx.envs.doom.env`).
+* ``--doom_measurements`` (False): game variables in the observation (``obs['measurements']``) (see :mod:`sfx.envs.doom.env`).
 * ``--doom_reward_shaping`` (off): ``name=weight,...`` over health_delta, armor_delta, ammo_delta,
   kill, item, damage, death (see :mod:`sfx.envs.doom.reward_shaping`).
 
@@ -25,6 +25,10 @@ Defaults changed for this family: ``--env_frameskip=4``, ``--encoder_type=conv``
 ``--encoder_subtype=convnet_simple``. Rewards are the scenario's own and can be large (basic: +101
 for the kill); the scenario table suggests a ``--reward_scale`` for each.
 
+Your own scenario: :func:`register_doom_scenario` makes ``--env=doom_<name>`` play a
+:class:`DoomScenario` of yours (your ``.cfg``, optionally a bundled or own ``.wad``) with every flag
+above (see ``sfx_examples/train_custom_doom_scenario.py``).
+
 Where files go: each game runs in its own temporary directory (``_vizdoom.ini``, ``_vizdoom/``),
 deleted when the env closes (see :mod:`sfx.envs.doom.game`).
 """
@@ -34,17 +38,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import functools
+import os
+
 from sfx.cfg.arguments import add_bool_arg
 from sfx.cfg.errors import ConfigError
 from sfx.envs.doom.actions import ACTION_SPACE_KINDS
 from sfx.envs.doom.reward_shaping import COMPONENTS, parse_reward_shaping
 from sfx.envs.doom.scenarios import PREFIX, SCENARIOS, DoomScenario, scenario_of
-from sfx.envs.registry import env_seed, register_env_family
+from sfx.envs.registry import env_seed, register_env, register_env_family
 
 DEFAULT_OVERRIDES = {"env_frameskip": 4, "encoder_type": "conv", "encoder_subtype": "convnet_simple",
                      "wide_aspect_ratio": False}
 
-__all__ = ["PREFIX", "SCENARIOS", "DoomScenario", "make_doom_env", "register_family", "scenario_of"]
+__all__ = ["PREFIX", "SCENARIOS", "DoomScenario", "make_doom_env", "register_doom_scenario", "register_family",
+           "scenario_of"]
 
 
 def add_doom_params(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +70,8 @@ def add_doom_params(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--doom_action_space", choices=ACTION_SPACE_KINDS, default="discrete",
                    help="discrete: one Discrete over all button-group combinations; tuple: one Discrete per group")
     add_bool_arg(g, "doom_measurements", False,
-                 "put the game variables (health, ammo, kills ...) into info['measurements'] as float32")
+                 "observe the game variables (health, ammo, kills ...) too: a Dict observation {obs: frame, "
+                 "measurements: float32 vector}, read by the model with a small MLP beside the image encoder")
     g.add_argument("--doom_reward_shaping", default=None,
                    help=f"extra reward components as name=weight,... (names: {', '.join(COMPONENTS)}); "
                         f"off by default")
@@ -93,6 +102,11 @@ def validate_doom_cfg(cfg: argparse.Namespace) -> None:
         validate_multiplayer_cfg(cfg)
     else:
         scenario_of(cfg.env)
+    validate_doom_flags(cfg)
+
+
+def validate_doom_flags(cfg: argparse.Namespace) -> None:
+    """:class:`ConfigError` for a bad flag shared by every doom env (size, shaping)."""
     from sfx.envs.doom.game import render_resolution
 
     for flag in ("res_w", "res_h"):
@@ -106,13 +120,19 @@ def validate_doom_cfg(cfg: argparse.Namespace) -> None:
 def make_doom_env(full_env_name: str, cfg: Any, env_config: dict | None = None, render_mode: str | None = None):
     """Make the env named by ``full_env_name``: a single-player :class:`~sfx.envs.doom.env.DoomEnv`, or a
     :class:`~sfx.envs.doom.multiplayer.DoomMultiplayerEnv` for the multiplayer names."""
-    from sfx.envs.doom.env import DoomEnv
-    from sfx.envs.doom.game import GameSettings
     from sfx.envs.doom.multiplayer import make_multiplayer_env, multiplayer_scenario_of
 
     if multiplayer_scenario_of(full_env_name) is not None:
-        return make_multiplayer_env(full_env_name, cfg, env_config)
-    scenario = scenario_of(full_env_name)
+        return make_multiplayer_env(full_env_name, cfg, env_config, render_mode=render_mode)
+    return make_scenario_env(scenario_of(full_env_name), full_env_name, cfg, env_config, render_mode)
+
+
+def make_scenario_env(scenario: DoomScenario, full_env_name: str, cfg: Any, env_config: dict | None = None,
+                      render_mode: str | None = None):
+    """A single-player :class:`~sfx.envs.doom.env.DoomEnv` of ``scenario``, configured by the doom flags of ``cfg``."""
+    from sfx.envs.doom.env import DoomEnv
+    from sfx.envs.doom.game import GameSettings
+
     settings = GameSettings(res_w=getattr(cfg, "res_w", 128), res_h=getattr(cfg, "res_h", 72),
                             wide_aspect_ratio=getattr(cfg, "wide_aspect_ratio", False),
                             pixel_format=getattr(cfg, "pixel_format", "rgb"), seed=env_seed(cfg, env_config))
@@ -121,6 +141,35 @@ def make_doom_env(full_env_name: str, cfg: Any, env_config: dict | None = None, 
                    measurements=getattr(cfg, "doom_measurements", False),
                    reward_shaping=parse_reward_shaping(getattr(cfg, "doom_reward_shaping", None)),
                    render_mode=render_mode)
+
+
+def register_doom_scenario(scenario: DoomScenario, default_overrides: dict | None = None) -> str:
+    """Make ``--env=doom_<scenario.name>`` play ``scenario`` with all the ``doom_`` flags; returns that name.
+
+    ``default_overrides`` are flag defaults for this env on top of the family's (e.g. a
+    ``doom_reward_shaping`` or ``doom_measurements`` the scenario is meant for); the command line
+    still wins. Call it at the top level of a module the worker processes import too (the main
+    module, or one named in ``SFX_EXTRA_ENV_MODULES``) or before ``sfx.train.main``: the registered
+    env travels to the workers with the run.
+    """
+    from sfx.envs.doom.multiplayer import MULTIPLAYER_SCENARIOS
+
+    if not isinstance(scenario, DoomScenario):
+        raise TypeError(f"register_doom_scenario takes a DoomScenario, got {type(scenario).__name__}")
+    if not scenario.name or scenario.name in SCENARIOS or scenario.name in MULTIPLAYER_SCENARIOS:
+        raise ValueError(f"doom scenario name {scenario.name!r} is empty or taken by a built-in one; choose another")
+    for what, path in (("cfg", scenario.cfg_path()), ("wad", scenario.wad_path())):
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"doom scenario {scenario.name!r}: its {what} file {path} does not exist")
+    env_name = PREFIX + scenario.name
+    register_env(env_name, functools.partial(_make_registered_scenario_env, scenario), add_params_fn=add_doom_params,
+                 default_overrides={**DEFAULT_OVERRIDES, **(default_overrides or {})}, validate_fn=validate_doom_flags)
+    return env_name
+
+
+def _make_registered_scenario_env(scenario: DoomScenario, full_env_name: str, cfg: Any, env_config: dict | None = None,
+                                  render_mode: str | None = None):
+    return make_scenario_env(scenario, full_env_name, cfg, env_config, render_mode)
 
 
 def register_family() -> None:

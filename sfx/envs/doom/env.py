@@ -1,6 +1,11 @@
 """One single-player VizDoom game as a gymnasium env.
 
-Observations: ``Box(0, 255, (C, res_h, res_w), uint8)``, C = 3 (rgb) or 1 (gray).
+Observations: ``Box(0, 255, (C, res_h, res_w), uint8)``, C = 3 (rgb) or 1 (gray); with
+``measurements=True`` a ``Dict`` of that frame under ``"obs"`` and the game variables under
+``"measurements"`` (float32, in the order of :attr:`DoomEnv.measurement_names`: the scenario's own
+variables, then the tracked ones: HEALTH, ARMOR, SELECTED_WEAPON_AMMO, KILLCOUNT, ITEMCOUNT,
+DAMAGECOUNT, DEATHCOUNT, each listed once), which sfx's models read with their own small MLP
+beside the image encoder.
 
 Episode ends (VizDoom's ``is_episode_finished()``):
 
@@ -11,13 +16,6 @@ Episode ends (VizDoom's ``is_episode_finished()``):
 
 The game has no screen once its episode has finished, so the observation returned on the last
 step of an episode is the last frame the agent saw.
-
-Measurements: with ``measurements=True`` every step's ``info['measurements']`` is a float32 array
-of the game variables, in the order of :attr:`DoomEnv.measurement_names` (the scenario's own
-variables, then the tracked ones: HEALTH, ARMOR, SELECTED_WEAPON_AMMO, KILLCOUNT, ITEMCOUNT,
-DAMAGECOUNT, DEATHCOUNT, each listed once). They are in ``info`` and not in the observation
-because sfx's observation buffers hold one Box per agent; a model that uses them needs a Dict
-observation space first.
 
 Episode statistics (``info['episode_extra_stats']`` on the last step, averaged by sfx under
 ``episode/*``): kills, health, armor, ammo, items, damage (at the end of the episode), died and
@@ -51,7 +49,7 @@ class DoomEnv(gymnasium.Env):
         settings: resolution, pixel format, seed, extra engine arguments (see :class:`GameSettings`).
         frameskip: game tics per agent step (the action is held; rewards are summed).
         action_space: ``discrete`` or ``tuple`` (see :mod:`sfx.envs.doom.actions`).
-        measurements: put the game variables into ``info['measurements']``.
+        measurements: observe the game variables too (a Dict observation, see the module docstring).
         reward_shaping: component name -> weight (see :mod:`sfx.envs.doom.reward_shaping`).
         render_mode: ``rgb_array`` (the observation as HWC) or ``None``.
     """
@@ -73,8 +71,14 @@ class DoomEnv(gymnasium.Env):
         self._closer = weakref.finalize(self, close_game, self.game, self.workdir)
         self.actions = DoomActions([b.name for b in self.game.get_available_buttons()], action_space)
         self.action_space = self.actions.space
-        self.observation_space = gymnasium.spaces.Box(0, 255, self.frames.shape, np.uint8)
+        frame_space = gymnasium.spaces.Box(0, 255, self.frames.shape, np.uint8)
         self.measurement_names: list[str] = [v.name for v in self.game.get_available_game_variables()]
+        if self.measurements:
+            self.observation_space: gymnasium.Space = gymnasium.spaces.Dict({
+                "obs": frame_space,
+                "measurements": gymnasium.spaces.Box(-np.inf, np.inf, (len(self.measurement_names),), np.float32)})
+        else:
+            self.observation_space = frame_space
         self._tracked_index = [self.measurement_names.index(n) for n in TRACKED_VARIABLES]
         self._obs = np.zeros(self.frames.shape, np.uint8)
         self._variables = np.zeros(len(self.measurement_names), np.float64)
@@ -90,7 +94,7 @@ class DoomEnv(gymnasium.Env):
             self.game.send_game_command(command)
         self._read_state()
         self._shaping_sums = {name: 0.0 for name in self.reward_shaping.weights}
-        return self._obs, self._info()
+        return self._observation(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         before = self._tracked()
@@ -111,10 +115,10 @@ class DoomEnv(gymnasium.Env):
                 reward += shaped
         truncated = finished and not died and self.game.is_episode_timeout_reached()
         terminated = finished and not truncated
-        info = self._info()
+        info = {}
         if finished:
             info["episode_extra_stats"] = self._episode_stats(died, truncated)
-        return self._obs, reward, terminated, truncated, info
+        return self._observation(), reward, terminated, truncated, info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -136,10 +140,10 @@ class DoomEnv(gymnasium.Env):
     def _tracked(self) -> dict[str, float]:
         return {name: float(self._variables[i]) for name, i in zip(TRACKED_VARIABLES, self._tracked_index)}
 
-    def _info(self) -> dict:
+    def _observation(self) -> Any:
         if not self.measurements:
-            return {}
-        return {"measurements": self._variables.astype(np.float32)}
+            return self._obs
+        return {"obs": self._obs, "measurements": self._variables.astype(np.float32)}
 
     def _episode_stats(self, died: bool, truncated: bool) -> dict[str, float]:
         tracked = self._tracked()

@@ -145,6 +145,8 @@ def create_game(scenario: DoomScenario, settings: GameSettings,
     converter = FrameConverter(render_size, (settings.res_w, settings.res_h), settings.pixel_format)
     game = vzd.DoomGame()
     game.load_config(scenario.cfg_path())
+    if scenario.wad_file is not None:
+        game.set_doom_scenario_path(scenario.wad_path())
     game.set_window_visible(False)
     game.set_sound_enabled(False)
     game.set_mode(settings.mode)

@@ -254,13 +254,19 @@ class DoomMultiplayerEnv(MultiAgentEnv):
         action_space: ``discrete`` or ``tuple`` (:mod:`sfx.envs.doom.actions`).
         reward_shaping: component -> weight, added to the frag reward.
         seed: seed of the host's game (``None``: the engine's).
+        measurements: observe each player's match variables too (a Dict observation
+            ``{"obs": frame, "measurements": float32[len(MATCH_VARIABLES)]}``, as the single-player envs).
+        render_mode: ``rgb_array``: ``render()`` returns agent 0's view as ``(H, W, 3)`` uint8.
     """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 35}
 
     def __init__(self, scenario: MultiplayerScenario, num_agents: int | None = None, num_bots: int | None = None,
                  res_w: int = 128, res_h: int = 72, wide_aspect_ratio: bool = False, pixel_format: str = "rgb",
                  frameskip: int = 4, timelimit_min: float = 4.0, bot_difficulty: int | None = None,
                  match_timeout_sec: float = 10.0, action_space: str = "discrete",
-                 reward_shaping: Mapping[str, float] | None = None, seed: int | None = None) -> None:
+                 reward_shaping: Mapping[str, float] | None = None, seed: int | None = None,
+                 measurements: bool = False, render_mode: str | None = None) -> None:
         from sfx.envs.doom.game import render_resolution
 
         if frameskip < 1:
@@ -289,7 +295,15 @@ class DoomMultiplayerEnv(MultiAgentEnv):
                               render_size=render_resolution(res_w, res_h, wide_aspect_ratio), obs_size=(res_w, res_h),
                               pixel_format=pixel_format, seed=seed)
         shape = self.spec.obs_shape()
-        self.observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
+        self.measurements = bool(measurements)
+        self.render_mode = render_mode
+        frame_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
+        if self.measurements:
+            self.observation_space: gymnasium.Space = gymnasium.spaces.Dict({
+                "obs": frame_space,
+                "measurements": gymnasium.spaces.Box(-np.inf, np.inf, (len(MATCH_VARIABLES),), np.float32)})
+        else:
+            self.observation_space = frame_space
         self._state["shm"] = shared_memory.SharedMemory(create=True, size=self.num_agents * int(np.prod(shape)))
         self._obs = np.ndarray((self.num_agents, *shape), dtype=np.uint8, buffer=self._state["shm"].buf)
         self._var = {name: k for k, name in enumerate(MATCH_VARIABLES)}
@@ -348,7 +362,7 @@ class DoomMultiplayerEnv(MultiAgentEnv):
             self._restart_match(f"reset: {e}")
             results = self._request("reset")
         self._begin_episode(results)
-        return [self._obs[i].copy() for i in range(self.num_agents)], [{} for _ in range(self.num_agents)]
+        return self._observations(), [{} for _ in range(self.num_agents)]
 
     def step(self, actions: list[Any]) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict]]:
         n = self.num_agents
@@ -366,12 +380,19 @@ class DoomMultiplayerEnv(MultiAgentEnv):
             rewards.append(self._reward(i, variables))
         self._ep_len += 1
         finished = any(fin for fin, _ in results)
-        obs = [self._obs[i].copy() for i in range(n)]
+        obs = self._observations()
         infos: list[dict] = [{} for _ in range(n)]
         if finished:
             self._finish_episode(obs, infos, restarted=False)
             obs = self._auto_reset(infos)
         return obs, rewards, [False] * n, [finished] * n, infos
+
+    def render(self) -> np.ndarray | None:
+        """Agent 0's latest view as ``(H, W, 3)`` uint8 (``rgb_array`` mode; else ``None``)."""
+        if self.render_mode != "rgb_array":
+            return None
+        frame = self._obs[0].transpose(1, 2, 0)
+        return np.repeat(frame, 3, axis=2) if frame.shape[2] == 1 else np.ascontiguousarray(frame)
 
     def close(self) -> None:
         closer = getattr(self, "_closer", None)
@@ -379,6 +400,12 @@ class DoomMultiplayerEnv(MultiAgentEnv):
             closer()
 
     # -- internals -----------------------------------------------------------------------------
+    def _observations(self) -> list[Any]:
+        frames = [self._obs[i].copy() for i in range(self.num_agents)]
+        if not self.measurements:
+            return frames
+        return [{"obs": f, "measurements": v.astype(np.float32)} for f, v in zip(frames, self._vars)]
+
     def _begin_episode(self, results: list[tuple[bool, np.ndarray]]) -> None:
         self._vars = [v.copy() for _, v in results]
         self._start_vars = [v.copy() for _, v in results]
@@ -429,7 +456,7 @@ class DoomMultiplayerEnv(MultiAgentEnv):
     def _end_by_restart(self, reason: str) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict]]:
         n = self.num_agents
         self._ep_len += 1  # the step was taken by the agents; its outcome is lost with the match
-        last_obs = [self._obs[i].copy() for i in range(n)]
+        last_obs = self._observations()
         infos: list[dict] = [{} for _ in range(n)]
         self._finish_episode(last_obs, infos, restarted=True)
         self._restart_match(reason)
@@ -465,7 +492,8 @@ def validate_multiplayer_cfg(cfg: Any) -> None:
         raise ConfigError(f"--doom_match_timeout_sec={timeout} must be > 0")
 
 
-def make_multiplayer_env(full_env_name: str, cfg: Any, env_config: dict | None = None) -> DoomMultiplayerEnv:
+def make_multiplayer_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
+                         render_mode: str | None = None) -> DoomMultiplayerEnv:
     """The :class:`DoomMultiplayerEnv` named by ``full_env_name``, configured by the ``doom_`` flags of ``cfg``."""
     from sfx.envs.doom.reward_shaping import parse_reward_shaping
     from sfx.envs.registry import env_seed
@@ -482,4 +510,5 @@ def make_multiplayer_env(full_env_name: str, cfg: Any, env_config: dict | None =
         match_timeout_sec=getattr(cfg, "doom_match_timeout_sec", 10.0),
         action_space=getattr(cfg, "doom_action_space", "discrete"),
         reward_shaping=parse_reward_shaping(getattr(cfg, "doom_reward_shaping", None)),
-        seed=env_seed(cfg, env_config))
+        seed=env_seed(cfg, env_config), measurements=getattr(cfg, "doom_measurements", False),
+        render_mode=render_mode)

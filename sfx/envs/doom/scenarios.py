@@ -48,6 +48,9 @@ class DoomScenario:
     Attributes:
         name: the part of the env name after ``doom_``.
         cfg_file: the scenario's ``.cfg``: a file name in ``vizdoom.scenarios_path`` or an absolute path.
+        wad_file: the map (``.wad``) to play instead of the cfg's ``doom_scenario_path``: a file name
+            in ``vizdoom.scenarios_path`` or an absolute path (``None``: the cfg's own), so a cfg of
+            your own can play a bundled map without knowing where the package is installed.
         buttons: button names that replace the cfg's ``available_buttons`` (``None`` keeps them).
         game_args: extra engine arguments (``+name value`` console variables).
         episode_commands: console commands sent after every new episode.
@@ -57,6 +60,7 @@ class DoomScenario:
 
     name: str
     cfg_file: str
+    wad_file: str | None = None
     buttons: tuple[str, ...] | None = None
     game_args: tuple[str, ...] = ()
     episode_commands: tuple[str, ...] = ()
@@ -65,11 +69,19 @@ class DoomScenario:
 
     def cfg_path(self) -> str:
         """Absolute path of the scenario's ``.cfg``."""
-        if os.path.isabs(self.cfg_file):
-            return self.cfg_file
-        import vizdoom
+        return _bundled_or_absolute(self.cfg_file)
 
-        return os.path.join(vizdoom.scenarios_path, self.cfg_file)
+    def wad_path(self) -> str | None:
+        """Absolute path of the map to play, or ``None`` for the cfg's own."""
+        return None if self.wad_file is None else _bundled_or_absolute(self.wad_file)
+
+
+def _bundled_or_absolute(file_name: str) -> str:
+    if os.path.isabs(file_name):
+        return file_name
+    import vizdoom
+
+    return os.path.join(vizdoom.scenarios_path, file_name)
 
 
 _MOVE_TURN_ATTACK = ("ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT")
