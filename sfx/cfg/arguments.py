@@ -112,6 +112,34 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--reward_scale", type=float, default=1.0, help="rewards are multiplied by this before clipping")
     g.add_argument("--reward_clip", type=float, default=10.0, help="scaled rewards are clipped to [-x, x]")
 
+    g = parser.add_argument_group("population-based training (--num_policies > 1)")
+    add_bool_arg(g, "with_pbt", False,
+                 "population-based training: weak policies copy strong ones (weights, optimizer, hyperparameters, "
+                 "reward shaping) and hyperparameters are mutated")
+    add_bool_arg(g, "pbt_mix_policies_in_one_env", True,
+                 "agents of one multi-agent env may belong to different policies (self-play); False = one policy "
+                 "per env, drawn per episode")
+    g.add_argument("--pbt_period_env_steps", type=int_like, default=5_000_000,
+                   help="env steps of a policy between its PBT steps (exploit and explore)")
+    g.add_argument("--pbt_start_mutation", type=int_like, default=20_000_000,
+                   help="env steps of a policy before its hyperparameters are first mutated or replaced")
+    g.add_argument("--pbt_replace_fraction", type=float, default=0.3,
+                   help="fraction of the population at the bottom (replaced) and the top (copied), in (0, 0.5]")
+    g.add_argument("--pbt_mutation_rate", type=float, default=0.15,
+                   help="probability that each hyperparameter is mutated at a PBT step, in [0, 1]")
+    g.add_argument("--pbt_replace_reward_gap", type=float, default=0.1,
+                   help="replace only if the better policy's objective exceeds ours by this fraction of its magnitude")
+    g.add_argument("--pbt_replace_reward_gap_absolute", type=float, default=1e-6,
+                   help="... and by at least this much")
+    add_bool_arg(g, "pbt_optimize_batch_size", False,
+                 "mutate --batch_size too (within 1/4x..2x of the start value, multiples of --rollout)")
+    add_bool_arg(g, "pbt_optimize_gamma", False, "mutate --gamma too (perturbing 1 - gamma)")
+    g.add_argument("--pbt_target_objective", default="true_reward",
+                   help="episode statistic policies are ranked by (an env's episode_extra_stats key, or reward); "
+                        "falls back to reward for a policy whose episodes do not report it")
+    g.add_argument("--pbt_perturb_min", type=float, default=1.05, help="smallest mutation factor (> 1)")
+    g.add_argument("--pbt_perturb_max", type=float, default=1.5, help="largest mutation factor (>= pbt_perturb_min)")
+
     g = parser.add_argument_group("model")
     add_bool_arg(g, "use_rnn", True, "recurrent core after the encoder")
     g.add_argument("--rnn_type", choices=["gru", "lstm"], default="gru", help="recurrent core type")

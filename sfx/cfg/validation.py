@@ -64,6 +64,23 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if cfg.use_rnn and cfg.rollout % cfg.recurrence != 0:
         raise ConfigError(f"--rollout={cfg.rollout} must be a multiple of --recurrence={cfg.recurrence} "
                           f"(with --use_rnn=True)")
+    if getattr(cfg, "with_pbt", False):
+        if cfg.num_policies < 2:
+            raise ConfigError(f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2")
+        if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
+            raise ConfigError(f"--pbt_replace_fraction={cfg.pbt_replace_fraction} must be in (0, 0.5]")
+        if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:
+            raise ConfigError(f"--pbt_mutation_rate={cfg.pbt_mutation_rate} must be in [0, 1]")
+        if not 1.0 < cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
+            raise ConfigError(f"--pbt_perturb_min={cfg.pbt_perturb_min} and --pbt_perturb_max={cfg.pbt_perturb_max} "
+                              f"must satisfy 1 < min <= max")
+        if cfg.pbt_period_env_steps <= 0:
+            raise ConfigError(f"--pbt_period_env_steps={cfg.pbt_period_env_steps} must be > 0")
+        if cfg.pbt_start_mutation < 0:
+            raise ConfigError(f"--pbt_start_mutation={cfg.pbt_start_mutation} must be >= 0")
+        if cfg.pbt_replace_reward_gap < 0 or cfg.pbt_replace_reward_gap_absolute < 0:
+            raise ConfigError(f"--pbt_replace_reward_gap={cfg.pbt_replace_reward_gap} and "
+                              f"--pbt_replace_reward_gap_absolute={cfg.pbt_replace_reward_gap_absolute} must be >= 0")
     if not str(cfg.experiment).strip():
         raise ConfigError("--experiment must not be empty")
 

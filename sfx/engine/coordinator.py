@@ -10,8 +10,10 @@ whom, which shared buffers each one touches). Two runtimes consume it:
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import random
 import signal
 import time
 import traceback
@@ -27,6 +29,7 @@ from sfx.engine.policy_worker import PolicyWorker
 from sfx.engine.queues import LocalQueue, drain, make_process_queue
 from sfx.engine.rollout_worker import RolloutWorker
 from sfx.models.obs import max_obs_ndim, obs_spec
+from sfx.pbt.population import PopulationManager, max_batch_size
 from sfx.engine.stats import PolicyStats, ThroughputMeter, format_duration, status_line, write_summaries
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,7 @@ class EnvInfo:
     observation_space: Any
     action_space: Any
     num_agents: int
+    reward_shaping: dict | None = None  # the env's named reward components (PBT mutates them)
 
 
 @dataclass
@@ -85,7 +89,8 @@ def probe_env(cfg: Any) -> EnvInfo:
 
     env = make_env(cfg, {"worker_index": -1, "vector_index": 0, "env_id": -1})
     try:
-        return EnvInfo(env.observation_space, env.action_space, env.num_agents)
+        shaping = env.get_reward_shaping() if hasattr(env, "get_reward_shaping") else None
+        return EnvInfo(env.observation_space, env.action_space, env.num_agents, shaping or None)
     finally:
         env.close()
 
@@ -123,7 +128,11 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
     obs_space, action_space = env_info.observation_space, env_info.action_space
     num_agents_total = cfg.num_workers * cfg.num_envs_per_worker * env_info.num_agents
     rnn_size = max(1, model.rnn_state_size)
-    num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(cfg),
+    # room for the largest batch PBT may give a policy (a learner waiting for more slots than
+    # exist would never train again)
+    sized_for = copy.copy(cfg)
+    sized_for.batch_size = max_batch_size(cfg)
+    num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(sized_for),
                                      cfg.traj_buffers_excess_ratio, serial)
     spec = obs_spec(obs_space)
     traj = [allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size,
@@ -437,6 +446,10 @@ def run_training(cfg: Any) -> dict:
                 pstats[who].train_step = payload["train_step"]
             elif kind == "checkpoint":
                 log.debug("policy %d checkpoint %s", who, payload["path"])
+            elif kind == "pbt_snapshot" and population is not None:
+                population.on_snapshot(who, payload)
+            elif kind == "pbt_applied" and population is not None:
+                population.on_applied(who, payload)
             elif kind == "error":
                 errors.append(who)
             elif kind == "stopped":
@@ -451,8 +464,21 @@ def run_training(cfg: Any) -> dict:
                      reward=[None if r != r else r for r in rewards], fps=fps_meter.rate(60, now),
                      elapsed_sec=now - start)
 
+    def pbt_summary(p: int, tag: str, value: Any, step: int) -> None:
+        if isinstance(value, str):
+            writers[p].add_text(tag, value, step)
+        else:
+            writers[p].add_scalar(tag, value, step)
+
+    population = None
+    if cfg.with_pbt:
+        population = PopulationManager(cfg, w.learner_queues, w.rollout_inboxes, env_info.reward_shaping,
+                                       random.Random(None if cfg.seed is None else cfg.seed + 7919), pbt_summary)
+
     def flush_summaries() -> None:
         for p, (s, wr) in enumerate(zip(pstats, writers)):
+            if population is not None:
+                population.write_summaries(p, s.env_steps)
             scalars = s.pop_summaries()
             scalars["fps"] = fps_meter.rate(60)
             scalars["samples_per_sec"] = samples_meter.rate(60)
@@ -461,6 +487,7 @@ def run_training(cfg: Any) -> dict:
 
     start = time.time()
     status = "failed"
+    population_started = False
     last_report = last_summary = start
     with _StopRequest() as stop_request:
         try:
@@ -469,6 +496,11 @@ def run_training(cfg: Any) -> dict:
             while True:
                 handle(runtime.step())
                 now = time.time()
+                if population is not None and len(learners_ready) == cfg.num_policies:
+                    if not population_started:
+                        population.start([s.env_steps for s in pstats])
+                        population_started = True
+                    population.update(pstats, [s.env_steps for s in pstats])
                 if errors:
                     log.error("stopping: %s crashed (see the log above)", ", ".join(errors))
                     status = "failed"

@@ -8,6 +8,8 @@ clipped PPO loss. After every optimizer step it publishes the new weights to the
 
 from __future__ import annotations
 
+import copy
+import json
 import logging
 import time
 from typing import Any
@@ -32,13 +34,19 @@ def trajectories_per_iteration(cfg: Any) -> int:
 
 
 class Learner:
-    """Messages in: ``('traj', [slots])``. Out: free slot indices to the policy's free queue,
-    ``('learner_ready' | 'train' | 'checkpoint', policy_id, dict)`` to the report queue."""
+    """Messages in: ``('traj', [slots])``; from population-based training
+    ``('pbt_snapshot', {'request', 'path'})`` (save the whole state there) and
+    ``('pbt_update', {'params', 'load_path', 'from_policy'})`` (load another policy's snapshot,
+    then use new hyperparameters). Out: free slot indices to the policy's free queue,
+    ``('learner_ready' | 'train' | 'checkpoint' | 'pbt_snapshot' | 'pbt_applied', policy_id, dict)``
+    to the report queue."""
 
     def __init__(self, cfg: Any, policy_id: int, model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
                  report_queue: Any, device: torch.device) -> None:
-        self.cfg = cfg
+        # a copy: PBT changes this policy's hyperparameters, and in serial mode the learners of all
+        # policies would otherwise share one cfg object
+        self.cfg = copy.copy(cfg)
         self.policy_id = policy_id
         self.device = device
         self.model = model.to(device).train()
@@ -70,6 +78,7 @@ class Learner:
                      self.policy_id, self.train_step, self.env_steps)
         for group in self.optimizer.param_groups:  # a resumed run may have changed --learning_rate
             group["lr"] = self.cfg.learning_rate
+        self._apply_saved_policy_params()
         self.weights.publish(self.model, self.train_step)
         self.report_queue.put(("learner_ready", self.policy_id,
                                {"env_steps": self.env_steps, "train_step": self.train_step}))
@@ -90,6 +99,54 @@ class Learner:
         self.report_queue.put(("checkpoint", self.policy_id, {"path": str(path), "env_steps": self.env_steps,
                                                               "train_step": self.train_step}))
 
+    # ---------------------------------------------------------------- population-based training
+
+    def apply_params(self, params: dict) -> None:
+        """Use new hyperparameters from now on (the next minibatch already sees them)."""
+        for name, value in params.items():
+            setattr(self.cfg, name, value)
+        if "learning_rate" in params:
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(params["learning_rate"])
+
+    def _apply_saved_policy_params(self) -> None:
+        """On a resumed PBT run: this policy's hyperparameters as the population manager last set them."""
+        from sfx.experiment import policy_cfg_path
+
+        path = policy_cfg_path(self.cfg, self.policy_id)
+        if getattr(self.cfg, "with_pbt", False) and path.is_file():
+            params = json.loads(path.read_text()).get("params", {})
+            self.apply_params(params)
+            log.info("policy %d uses its saved PBT hyperparameters %s", self.policy_id, params)
+
+    def _pbt_snapshot(self, payload: dict) -> None:
+        from pathlib import Path
+
+        from sfx.experiment import atomic_torch_save
+
+        path = Path(payload["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(self.state(), path)
+        self.report_queue.put(("pbt_snapshot", self.policy_id, {"request": payload["request"], "path": str(path)}))
+
+    def _pbt_update(self, payload: dict) -> None:
+        from pathlib import Path
+
+        from sfx.experiment import load_checkpoint
+
+        load_path = payload.get("load_path")
+        if load_path:
+            # the other policy's weights and optimizer state; this policy's own counters go on
+            state = load_checkpoint(load_path, map_location=self.device)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            Path(load_path).unlink(missing_ok=True)
+        self.apply_params(payload["params"])
+        if load_path:
+            self.weights.publish(self.model, self.train_step)
+        self.report_queue.put(("pbt_applied", self.policy_id, {"params": dict(payload["params"]),
+                                                               "from_policy": payload.get("from_policy")}))
+
     def maybe_save(self) -> None:
         if time.time() - self.last_save >= self.cfg.save_every_sec:
             self.save_checkpoint()
@@ -97,10 +154,15 @@ class Learner:
     # ---------------------------------------------------------------- training
 
     def process(self, msgs: list) -> None:
-        for kind, slots in msgs:
-            if kind != "traj":
+        for kind, payload in msgs:
+            if kind == "traj":
+                self.pending.extend(payload)
+            elif kind == "pbt_snapshot":
+                self._pbt_snapshot(payload)
+            elif kind == "pbt_update":
+                self._pbt_update(payload)
+            else:
                 raise ValueError(f"learner got unknown message {kind!r}")
-            self.pending.extend(slots)
         per_iter = trajectories_per_iteration(self.cfg)
         while len(self.pending) >= per_iter:
             batch_slots, self.pending = self.pending[:per_iter], self.pending[per_iter:]

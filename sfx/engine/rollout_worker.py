@@ -34,7 +34,8 @@ REQUEST_COLUMNS = 5
 class RolloutWorker:
     """Steps envs and fills trajectory slots; see the module docstring for the protocol.
 
-    Messages in: ``('act', [(split, num_rows), ...])`` from policy workers.
+    Messages in: ``('act', [(split, num_rows), ...])`` from policy workers, ``('shaping', (policy,
+    weights))`` from the coordinator (population-based training).
     Messages out: ``('req', worker, split, rows)`` to a policy's request queue,
     ``('traj', slots)`` to a policy's learner queue, ``('episodes', [...])`` to the report queue.
     """
@@ -74,6 +75,8 @@ class RolloutWorker:
         self.t = np.zeros(num_local_agents, dtype=np.int64)
         self.policy = np.zeros(num_local_agents, dtype=np.int64)
         self.repick_policy = np.zeros(num_local_agents, dtype=bool)
+        self.env_policy = np.full(self.num_envs, -1, dtype=np.int64)
+        self.policy_shaping: dict[int, dict] = {}
         self.trunc_slot = np.full(num_local_agents, -1, dtype=np.int64)
         self.trunc_t = np.full(num_local_agents, -1, dtype=np.int64)
 
@@ -105,7 +108,8 @@ class RolloutWorker:
         self.box_obs = not isinstance(self.envs[0].observation_space, gymnasium.spaces.Dict)
 
         for a in range(len(self.slot)):
-            self.policy[a] = self._pick_policy()
+            self.policy[a] = self._pick_policy(a)
+            self._apply_shaping(a)
         for e, env in enumerate(self.envs):
             env_id = self.worker_idx * self.num_envs + e
             obs, _ = env.reset(seed=env_seed(cfg, {"env_id": env_id}))
@@ -121,10 +125,31 @@ class RolloutWorker:
         for s in range(self.num_splits):
             self._send_requests(s)
 
-    def _pick_policy(self) -> int:
+    def _pick_policy(self, a: int) -> int:
+        """A policy for agent ``a``'s next episode: uniformly at random, or with
+        ``--pbt_mix_policies_in_one_env=False`` the one its env's first agent last drew."""
         if self.num_policies == 1:
             return 0
+        nap = self.num_agents_per_env
+        if nap > 1 and not getattr(self.cfg, "pbt_mix_policies_in_one_env", True):
+            e, j = divmod(a, nap)
+            if j == 0 or self.env_policy[e] < 0:
+                self.env_policy[e] = int(self.rng.integers(self.num_policies))
+            return int(self.env_policy[e])
         return int(self.rng.integers(self.num_policies))
+
+    def _apply_shaping(self, a: int) -> None:
+        weights = self.policy_shaping.get(int(self.policy[a]))
+        if weights is not None and self.envs:
+            e, j = divmod(a, self.num_agents_per_env)
+            self.envs[e].set_reward_shaping(dict(weights), j)
+
+    def set_policy_shaping(self, policy: int, weights: dict) -> None:
+        """PBT: the reward-shaping weights of ``policy``, for every agent playing it now or later."""
+        self.policy_shaping[int(policy)] = dict(weights)
+        for a in range(len(self.policy)):
+            if self.policy[a] == policy:
+                self._apply_shaping(a)
 
     def _acquire_slot(self, policy: int) -> int | None:
         """A free slot of ``policy``; blocks while the learner is behind (throttling)."""
@@ -147,6 +172,9 @@ class RolloutWorker:
 
     def process(self, msgs: list) -> None:
         for kind, answered in msgs:
+            if kind == "shaping":
+                self.set_policy_shaping(*answered)
+                continue
             if kind != "act":
                 raise ValueError(f"rollout worker got unknown message {kind!r}")
             for split, n in answered:
@@ -208,12 +236,19 @@ class RolloutWorker:
         t += 1
         self._write_obs(buf["obs"], (slot, t), obs)
         if t < self.rollout:
+            if done and self.repick_policy[a]:
+                self.repick_policy[a] = False
+                new_p = self._pick_policy(a)
+                if new_p != p:
+                    # the next episode belongs to another policy: this trajectory ends here
+                    self._switch_policy_early(a, int(p), int(slot), t, new_p, obs)
+                    return
             self.t[a] = t
             return
         # trajectory complete: obs[T] and rnn_states[T] bootstrap it and start the next one
         new_p = p
         if self.repick_policy[a]:
-            new_p = self._pick_policy()
+            new_p = self._pick_policy(a)
             self.repick_policy[a] = False
         new_slot = self._acquire_slot(new_p)
         if new_slot is None:
@@ -224,6 +259,28 @@ class RolloutWorker:
         # sent after the next answer, which may still write a truncation value into this slot
         self.pending_sends[a // self.agents_per_split].append((int(p), int(slot)))
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
+        if new_p != p:
+            self._apply_shaping(a)
+
+    def _switch_policy_early(self, a: int, p: int, slot: int, t: int, new_p: int, obs) -> None:
+        """Agent ``a``'s episode ended at step ``t - 1`` and its next one is ``new_p``'s: steps ``t..T-1``
+        of this slot are padding (inactive, terminal, zero reward: the learner neither trains on them nor
+        bootstraps through them) and the new episode starts at step 0 of a slot of ``new_p``."""
+        buf = self.np[p]
+        buf["active"][slot, t:] = False
+        buf["terminated"][slot, t:] = True
+        buf["truncated"][slot, t:] = False
+        buf["rewards"][slot, t:] = 0.0
+        buf["policy_versions"][slot, t:] = buf["policy_versions"][slot, t - 1]
+        new_slot = self._acquire_slot(new_p)
+        if new_slot is None:
+            return
+        nbuf = self.np[new_p]
+        self._write_obs(nbuf["obs"], (new_slot, 0), obs)
+        nbuf["rnn_states"][new_slot, 0] = 0.0
+        self.pending_sends[a // self.agents_per_split].append((p, slot))
+        self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
+        self._apply_shaping(a)
 
     def _write_obs(self, dst: dict, index, obs) -> None:
         if self.box_obs:

@@ -42,6 +42,17 @@ class MultiAgentEnv:
         """Whatever the underlying env's ``render()`` returns (an RGB array for ``render_mode='rgb_array'``)."""
         return None
 
+    def get_reward_shaping(self) -> dict[str, float] | None:
+        """The env's named reward components and their weights, or None if it has none.
+
+        Optional. An env that returns a dict here lets population-based training mutate the
+        weights per policy (it then calls :meth:`set_reward_shaping`).
+        """
+        return None
+
+    def set_reward_shaping(self, weights: dict[str, float], agent_idx: int) -> None:
+        """Use ``weights`` for agent ``agent_idx``'s rewards from now on (see :meth:`get_reward_shaping`)."""
+
     def close(self) -> None:
         """Release the env's resources."""
 
@@ -106,6 +117,15 @@ class SingleAgentEnvAdapter(MultiAgentEnv):
 
     def render(self) -> Any:
         return self.env.render()
+
+    def get_reward_shaping(self) -> dict[str, float] | None:
+        get = getattr(self.env.unwrapped, "get_reward_shaping", None)
+        return get() if callable(get) else None
+
+    def set_reward_shaping(self, weights: dict[str, float], agent_idx: int) -> None:
+        set_ = getattr(self.env.unwrapped, "set_reward_shaping", None)
+        if callable(set_):
+            set_(weights)
 
     def close(self) -> None:
         self.env.close()

@@ -1,13 +1,13 @@
 """The experiment folder: paths, cfg.json, checkpoints, logs."""
 
 from sfx.experiment.cfg_io import cfg_to_dict, load_cfg, save_cfg, write_status
-from sfx.experiment.checkpoints import (checkpoint_name, list_checkpoints, load_checkpoint, load_latest_checkpoint,
-                                        prune_checkpoints, save_checkpoint, save_milestone)
+from sfx.experiment.checkpoints import (atomic_torch_save, checkpoint_name, list_checkpoints, load_checkpoint,
+                                        load_latest_checkpoint, prune_checkpoints, save_checkpoint, save_milestone)
 from sfx.experiment.logs import remove_logging, setup_logging
 from sfx.experiment.paths import (cfg_path, checkpoint_dir, done_path, experiment_dir, log_path, milestones_dir,
-                                  summary_dir)
+                                  pbt_dir, policy_cfg_path, status_path, summary_dir)
 
-__all__ = ["cfg_path", "cfg_to_dict", "checkpoint_dir", "checkpoint_name", "done_path", "experiment_dir",
-           "list_checkpoints", "load_cfg", "load_checkpoint", "load_latest_checkpoint", "log_path",
-           "milestones_dir", "prune_checkpoints", "remove_logging", "save_cfg", "save_checkpoint",
-           "save_milestone", "setup_logging", "status_path", "summary_dir", "write_status"]
+__all__ = ["atomic_torch_save", "cfg_path", "cfg_to_dict", "checkpoint_dir", "checkpoint_name", "done_path",
+           "experiment_dir", "list_checkpoints", "load_cfg", "load_checkpoint", "load_latest_checkpoint", "log_path",
+           "milestones_dir", "pbt_dir", "policy_cfg_path", "prune_checkpoints", "remove_logging", "save_cfg",
+           "save_checkpoint", "save_milestone", "setup_logging", "status_path", "summary_dir", "write_status"]

@@ -43,7 +43,7 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
     return [p for _, p in found]
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
+def atomic_torch_save(obj: Any, path: Path) -> None:
     import torch
 
     atomic_write(path, lambda f: torch.save(obj, f), binary=True)
@@ -55,7 +55,7 @@ def save_checkpoint(cfg: Any, policy_id: int, state: dict) -> Path:
     directory = checkpoint_dir(cfg, policy_id)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / checkpoint_name(state["train_step"], state["env_steps"])
-    _atomic_torch_save(state, path)
+    atomic_torch_save(state, path)
     prune_checkpoints(directory, cfg.keep_checkpoints)
     return path
 

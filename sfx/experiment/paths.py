@@ -7,6 +7,8 @@ Pure functions of the cfg (nothing is created here)::
         sf_log.txt               the log of every process
         done                     written when training finished normally
         status.json              progress for tools that do not load torch (the runner's --status)
+        policy_{NN}_cfg.json     PBT: policy NN's current hyperparameters and reward shaping
+        .pbt/                    PBT: snapshots a replaced policy loads (deleted once loaded)
         checkpoint_p{N}/         checkpoints of policy N (+ milestones/)
         .summary/{N}/            TensorBoard event files of policy N
 """
@@ -36,6 +38,14 @@ def done_path(cfg: Any) -> Path:
 
 def status_path(cfg: Any) -> Path:
     return experiment_dir(cfg) / "status.json"
+
+
+def policy_cfg_path(cfg: Any, policy_id: int) -> Path:
+    return experiment_dir(cfg) / f"policy_{policy_id:02d}_cfg.json"
+
+
+def pbt_dir(cfg: Any) -> Path:
+    return experiment_dir(cfg) / ".pbt"
 
 
 def summary_dir(cfg: Any, policy_id: int) -> Path:

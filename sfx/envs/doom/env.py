@@ -126,6 +126,13 @@ class DoomEnv(gymnasium.Env):
         frame = self._obs.transpose(1, 2, 0)
         return np.repeat(frame, 3, axis=2) if frame.shape[2] == 1 else np.ascontiguousarray(frame)
 
+    def get_reward_shaping(self) -> dict[str, float]:
+        """The shaping weights (component -> weight); PBT mutates them through :meth:`set_reward_shaping`."""
+        return dict(self.reward_shaping.weights)
+
+    def set_reward_shaping(self, weights: dict[str, float]) -> None:
+        self.reward_shaping = RewardShaping(weights)
+
     def close(self) -> None:
         closer = getattr(self, "_closer", None)
         if closer is not None:

@@ -278,7 +278,8 @@ class DoomMultiplayerEnv(MultiAgentEnv):
         self.scenario = scenario
         self.num_agents, self.num_bots = match_players(scenario, num_agents, num_bots)
         self.match_timeout_sec = float(match_timeout_sec)
-        self.reward_shaping = RewardShaping(reward_shaping)
+        self.reward_shaping = RewardShaping(reward_shaping)  # the default; each agent's own below
+        self.agent_shaping = [RewardShaping(reward_shaping) for _ in range(self.num_agents)]
         self.actions = DoomActions(scenario.buttons, action_space)
         self.action_space = self.actions.space
         # ports come from OS entropy, not the seed: two runs with one seed on one machine must not collide
@@ -387,6 +388,13 @@ class DoomMultiplayerEnv(MultiAgentEnv):
             obs = self._auto_reset(infos)
         return obs, rewards, [False] * n, [finished] * n, infos
 
+    def get_reward_shaping(self) -> dict[str, float]:
+        return dict(self.reward_shaping.weights)
+
+    def set_reward_shaping(self, weights: dict[str, float], agent_idx: int) -> None:
+        """Agent ``agent_idx`` is rewarded with ``weights`` from its next step on (PBT gives each policy its own)."""
+        self.agent_shaping[agent_idx] = RewardShaping(weights)
+
     def render(self) -> np.ndarray | None:
         """Agent 0's latest view as ``(H, W, 3)`` uint8 (``rgb_array`` mode; else ``None``)."""
         if self.render_mode != "rgb_array":
@@ -411,7 +419,7 @@ class DoomMultiplayerEnv(MultiAgentEnv):
         self._start_vars = [v.copy() for _, v in results]
         self._ep_reward = [0.0] * self.num_agents
         self._ep_len = 0
-        self._shaping_sums = [{name: 0.0 for name in self.reward_shaping.weights} for _ in range(self.num_agents)]
+        self._shaping_sums = [{name: 0.0 for name in shaping.weights} for shaping in self.agent_shaping]
         self._needs_reset = False
 
     def _tracked(self, variables: np.ndarray) -> dict[str, float]:
@@ -421,11 +429,12 @@ class DoomMultiplayerEnv(MultiAgentEnv):
         before, after = self._tracked(self._vars[i]), self._tracked(variables)
         self._vars[i] = variables
         reward = after["FRAGCOUNT"] - before["FRAGCOUNT"]
-        if self.reward_shaping.weights:
+        shaping = self.agent_shaping[i]
+        if shaping.weights:
             died = after["DEATHCOUNT"] > before["DEATHCOUNT"]
-            values = self.reward_shaping.components(before, after, died)
-            for name, weight in self.reward_shaping.weights.items():
-                self._shaping_sums[i][name] += weight * values[name]
+            values = shaping.components(before, after, died)
+            for name, weight in shaping.weights.items():
+                self._shaping_sums[i][name] = self._shaping_sums[i].get(name, 0.0) + weight * values[name]
                 reward += weight * values[name]
         self._ep_reward[i] += reward
         return float(reward)

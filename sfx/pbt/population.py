@@ -1,0 +1,243 @@
+"""The population manager: population-based training inside one run of ``--num_policies`` policies.
+
+It lives in the coordinator and talks to the other components only through their queues:
+
+* every ``--pbt_period_env_steps`` of a policy (after ``--pbt_start_mutation``) it ranks the
+  population by ``--pbt_target_objective`` averaged over recent episodes;
+* a policy in the bottom fraction that is beaten by a clear gap (:func:`select_replacement`)
+  *exploits*: the manager asks the winner's learner for a snapshot (``pbt_snapshot``), and when
+  it is written tells the loser's learner to load it (weights and optimizer state) with the
+  winner's hyperparameters, mutated (``pbt_update``); the loser's counters go on;
+* any other policy *explores*: its own hyperparameters, mutated (:func:`mutate`).
+
+Reward-shaping weights of the env (``MultiAgentEnv.get_reward_shaping``) are hyperparameters too,
+named ``shaping/<component>``; rollout workers get each policy's weights with a ``shaping``
+message and apply them to the agents playing that policy.
+
+Every decision is logged, written to TensorBoard as text (``pbt/decisions``), and the effective
+hyperparameters of every policy are scalars ``pbt/<name>`` at every summary. Each policy's current
+values are saved to ``policy_NN_cfg.json`` (read back on resume, by this manager and by the learner).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from typing import Any, Callable
+
+from sfx.pbt.mutation import ParamSpec, batch_size_choices, mutate, select_replacement
+
+log = logging.getLogger(__name__)
+
+SHAPING_PREFIX = "shaping/"
+
+
+def hyperparameter_specs(cfg: Any, shaping: dict[str, float] | None) -> list[ParamSpec]:
+    """What PBT mutates for this cfg: bounds wide enough to matter, narrow enough to stay sane."""
+    specs = [
+        ParamSpec("learning_rate", cfg.learning_rate, 1e-6, 1e-2),
+        ParamSpec("exploration_loss_coeff", cfg.exploration_loss_coeff, 1e-6, 0.1),
+        ParamSpec("value_loss_coeff", cfg.value_loss_coeff, 0.01, 5.0),
+        ParamSpec("max_grad_norm", cfg.max_grad_norm, 0.1, 100.0),
+        ParamSpec("ppo_clip_ratio", cfg.ppo_clip_ratio, 0.02, 0.5),
+        ParamSpec("ppo_clip_value", cfg.ppo_clip_value, 0.01, 20.0),
+    ]
+    if cfg.pbt_optimize_gamma:
+        specs.append(ParamSpec("gamma", cfg.gamma, 0.9, 0.9999, complement=True))
+    if cfg.pbt_optimize_batch_size:
+        specs.append(ParamSpec("batch_size", cfg.batch_size, choices=batch_size_choices(cfg.batch_size, cfg.rollout)))
+    for name, weight in (shaping or {}).items():
+        if weight != 0:  # a zero weight has no scale to perturb: leave components the user switched off
+            lo, hi = sorted((weight / 10.0, weight * 10.0))
+            specs.append(ParamSpec(SHAPING_PREFIX + name, weight, lo, hi))
+    return specs
+
+
+def max_batch_size(cfg: Any) -> int:
+    """The largest batch size a policy may reach (trajectory slots are allocated for it)."""
+    if getattr(cfg, "with_pbt", False) and cfg.pbt_optimize_batch_size:
+        return max(batch_size_choices(cfg.batch_size, cfg.rollout))
+    return cfg.batch_size
+
+
+class PopulationManager:
+    """See the module docstring.
+
+    Args:
+        cfg: the run's cfg (the ``pbt_*`` flags, the starting hyperparameters).
+        learner_queues: per policy, the learner's inbox.
+        rollout_inboxes: per rollout worker, its inbox (for ``shaping`` messages).
+        shaping: the env's default reward-shaping weights, or None.
+        rng: the manager's random source (seeded from ``cfg.seed`` when given).
+        summary: ``(policy, tag, value_or_text, env_steps)`` -> None, writes to TensorBoard.
+    """
+
+    def __init__(self, cfg: Any, learner_queues: list, rollout_inboxes: list, shaping: dict[str, float] | None,
+                 rng: random.Random, summary: Callable[[int, str, Any, int], None]) -> None:
+        from sfx.experiment import pbt_dir
+
+        self.cfg = cfg
+        self.learner_queues = learner_queues
+        self.rollout_inboxes = rollout_inboxes
+        self.rng = rng
+        self.summary = summary
+        self.n = cfg.num_policies
+        self.specs = hyperparameter_specs(cfg, shaping)
+        self.snapshot_dir = pbt_dir(cfg)
+        start = {s.name: s.default for s in self.specs}
+        self.params: list[dict[str, float]] = [dict(start) for _ in range(self.n)]
+        self.next_step_at: list[int] = [0] * self.n
+        self.pending: dict[int, dict] = {}  # request id -> exploit waiting for the winner's snapshot
+        self.busy: set[int] = set()  # policies with an exploit in flight (as loser or winner)
+        self.request_counter = 0
+        self.history: list[dict] = []  # every decision, for tests and post-mortems
+
+    # ---------------------------------------------------------------- start and resume
+
+    def start(self, env_steps: list[int]) -> None:
+        """Restore saved policy params, or diversify a new population; push shaping to the workers."""
+        from sfx.experiment import policy_cfg_path
+
+        for p in range(self.n):
+            path = policy_cfg_path(self.cfg, p)
+            if path.is_file():
+                saved = json.loads(path.read_text())
+                self.params[p].update(saved.get("params", {}))
+                self.params[p].update({SHAPING_PREFIX + k: v for k, v in saved.get("reward_shaping", {}).items()})
+                log.info("PBT: policy %d resumed with %s", p, self._describe(self.params[p]))
+            elif p > 0:
+                # a population of identical members explores nothing at first: every member but the
+                # first starts from the flags with each hyperparameter perturbed once
+                new, records = mutate(self.params[p], self.specs, self.rng, 1.0, self.cfg.pbt_perturb_min,
+                                      self.cfg.pbt_perturb_max, reset_probability=0.0)
+                self.params[p] = new
+                self._record(p, "initial", None, records, env_steps[p], "initial diversity")
+                self._send_params(p)
+            self._save(p, env_steps[p])
+            period = self.cfg.pbt_period_env_steps
+            self.next_step_at[p] = max(self.cfg.pbt_start_mutation, (env_steps[p] // period + 1) * period)
+        for p in range(self.n):
+            self._send_shaping(p)
+
+    # ---------------------------------------------------------------- the periodic decision
+
+    def objective(self, stats: Any) -> float:
+        """A policy's target objective: the mean of ``--pbt_target_objective`` over its recent
+        episodes, else of its reward; NaN before its first finished episode."""
+        target = self.cfg.pbt_target_objective
+        value = stats.mean(target)
+        return stats.mean("reward") if math.isnan(value) else value
+
+    def update(self, policy_stats: list, env_steps: list[int]) -> None:
+        """Call often (every coordinator tick): acts for every policy whose period is over."""
+        for p in range(self.n):
+            if env_steps[p] < self.next_step_at[p] or p in self.busy:
+                continue
+            self.next_step_at[p] = (env_steps[p] // self.cfg.pbt_period_env_steps + 1) * self.cfg.pbt_period_env_steps
+            objectives = {q: self.objective(policy_stats[q]) for q in range(self.n)}
+            winner, reason = select_replacement(p, objectives, self.cfg.pbt_replace_fraction,
+                                                self.cfg.pbt_replace_reward_gap,
+                                                self.cfg.pbt_replace_reward_gap_absolute, self.rng)
+            if winner is not None and winner not in self.busy:
+                self._start_exploit(p, winner, env_steps[p], reason)
+            else:
+                self._explore(p, env_steps[p], reason)
+
+    def _explore(self, p: int, env_steps: int, reason: str) -> None:
+        new, records = mutate(self.params[p], self.specs, self.rng, self.cfg.pbt_mutation_rate,
+                              self.cfg.pbt_perturb_min, self.cfg.pbt_perturb_max)
+        self._record(p, "explore", None, records, env_steps, f"kept its weights: {reason}")
+        if records:
+            self.params[p] = new
+            self._send_params(p)
+            self._send_shaping(p)
+            self._save(p, env_steps)
+
+    def _start_exploit(self, p: int, winner: int, env_steps: int, reason: str) -> None:
+        self.request_counter += 1
+        request = self.request_counter
+        path = self.snapshot_dir / f"policy_{winner:02d}_for_{p:02d}_{request}.pth"
+        self.pending[request] = {"loser": p, "winner": winner, "env_steps": env_steps, "reason": reason}
+        self.busy.update((p, winner))
+        self.learner_queues[winner].put(("pbt_snapshot", {"request": request, "path": str(path)}))
+        log.info("PBT: policy %d will copy policy %d (%s); waiting for its snapshot", p, winner, reason)
+
+    def on_snapshot(self, winner: int, payload: dict) -> None:
+        """The winner's learner wrote its snapshot: the loser loads it with mutated hyperparameters."""
+        job = self.pending.pop(payload["request"], None)
+        if job is None:
+            return
+        p = job["loser"]
+        copied = dict(self.params[winner])
+        new, records = mutate(copied, self.specs, self.rng, self.cfg.pbt_mutation_rate,
+                              self.cfg.pbt_perturb_min, self.cfg.pbt_perturb_max)
+        inherited = [{"param": k, "old": self.params[p].get(k), "new": copied[k], "how": f"copied from policy {winner}"}
+                     for k in copied if copied[k] != self.params[p].get(k)]
+        self.params[p] = new
+        self._record(p, "exploit", winner, inherited + records, job["env_steps"], job["reason"])
+        self._send_params(p, load_path=payload["path"], from_policy=winner)
+        self._send_shaping(p)
+        self._save(p, job["env_steps"])
+        self.busy.discard(winner)
+
+    def on_applied(self, p: int, payload: dict) -> None:
+        """The loser's learner loaded the snapshot and uses the new values."""
+        self.busy.discard(p)
+        if payload.get("from_policy") is not None:
+            log.info("PBT: policy %d now runs policy %d's weights with %s", p, payload["from_policy"],
+                     self._describe(self.params[p]))
+
+    # ---------------------------------------------------------------- outputs
+
+    def _send_params(self, p: int, load_path: str | None = None, from_policy: int | None = None) -> None:
+        learner_params = {k: v for k, v in self.params[p].items() if not k.startswith(SHAPING_PREFIX)}
+        self.learner_queues[p].put(("pbt_update", {"params": learner_params, "load_path": load_path,
+                                                   "from_policy": from_policy}))
+
+    def shaping_of(self, p: int) -> dict[str, float]:
+        return {k[len(SHAPING_PREFIX):]: v for k, v in self.params[p].items() if k.startswith(SHAPING_PREFIX)}
+
+    def _send_shaping(self, p: int) -> None:
+        weights = self.shaping_of(p)
+        if weights:
+            for inbox in self.rollout_inboxes:
+                inbox.put(("shaping", (p, weights)))
+
+    def _save(self, p: int, env_steps: int) -> None:
+        from sfx.experiment import policy_cfg_path
+        from sfx.experiment.cfg_io import atomic_write_text
+
+        doc = {"policy": p, "env_steps": env_steps,
+               "params": {k: v for k, v in self.params[p].items() if not k.startswith(SHAPING_PREFIX)},
+               "reward_shaping": self.shaping_of(p)}
+        atomic_write_text(policy_cfg_path(self.cfg, p), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+    def _record(self, p: int, kind: str, source: int | None, records: list[dict], env_steps: int,
+                reason: str) -> None:
+        entry = {"policy": p, "kind": kind, "from": source, "env_steps": env_steps, "reason": reason,
+                 "changes": records}
+        self.history.append(entry)
+        changes = "; ".join(f"{r['param']} {_fmt(r['old'])} -> {_fmt(r['new'])} ({r['how']})" for r in records)
+        head = f"PBT {kind}: policy {p}" + (f" copies policy {source}" if source is not None else "")
+        text = f"{head} at {env_steps:,} env steps ({reason})" + (f": {changes}" if changes else ": nothing mutated")
+        log.info(text)
+        self.summary(p, "pbt/decisions", text, env_steps)
+        if source is not None:
+            self.summary(p, "pbt/copied_from_policy", float(source), env_steps)
+
+    def write_summaries(self, p: int, env_steps: int) -> None:
+        """The effective hyperparameters of policy ``p`` as scalars ``pbt/<name>``."""
+        for name, value in self.params[p].items():
+            self.summary(p, f"pbt/{name}", float(value), env_steps)
+
+    @staticmethod
+    def _describe(params: dict) -> str:
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items()))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

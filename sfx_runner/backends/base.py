@@ -1,0 +1,45 @@
+"""The interface every backend implements (processes, slurm, ngc)."""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import shlex
+from typing import ClassVar
+
+from sfx_runner.run_description import ExperimentSpec, RunDescription
+
+
+class Backend(abc.ABC):
+    """Launches the experiments of a run somewhere.
+
+    The CLI builds a backend from the parsed command line, drops the experiments that already
+    finished (their ``done`` file), then calls :meth:`launch` or :meth:`dry_run` with the rest.
+    Backends record what they do in the run's state files (:mod:`sfx_runner.state`).
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    @classmethod
+    def add_args(cls, parser: argparse.ArgumentParser) -> None:
+        """Add this backend's flags (prefixed with the backend's name, except the processes backend's)."""
+
+    @abc.abstractmethod
+    def launch(self, specs: list[ExperimentSpec], run: RunDescription) -> int:
+        """Run or submit ``specs``. Returns the CLI's exit status: 0 when every experiment finished (or
+        was submitted), 1 when any failed, 130 when the launch was interrupted (Ctrl+C)."""
+
+    @abc.abstractmethod
+    def dry_run(self, specs: list[ExperimentSpec], run: RunDescription) -> None:
+        """Print what :meth:`launch` would run, one experiment per line or block; start nothing."""
+
+
+def format_command(spec: ExperimentSpec, argv: list[str] | None = None, env: dict[str, str] | None = None) -> str:
+    """A shell line that runs the experiment: ``KEY=value ... <argv quoted>``, ready to paste into a shell."""
+    env = dict(spec.env_vars if env is None else env)
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    line = shlex.join(spec.argv if argv is None else argv)
+    return f"{prefix} {line}" if prefix else line

@@ -1,0 +1,452 @@
+"""The processes backend: experiments as child processes of the runner, on this machine.
+
+- At most ``--max_parallel`` experiments at once, ``--pause_between`` seconds between two launches
+  (envs and CUDA contexts starting together are slow and memory-hungry).
+- GPUs: each experiment gets one GPU through ``CUDA_VISIBLE_DEVICES``, the least busy one (round-robin
+  among equally busy ones), with at most ``--experiments_per_gpu`` per GPU at a time.
+  ``--num_gpus=-1`` (default) counts them with ``nvidia-smi -L`` (or takes the runner's own
+  ``CUDA_VISIBLE_DEVICES``); no GPU: the variable is left alone.
+- Each child runs in its own session (so a Ctrl+C in the terminal reaches only the runner, which
+  decides what the children get), with stdout and stderr appended to
+  ``<train_dir>/<run_name>/.runner/logs/<experiment>.log``.
+- A failed experiment is reported (name, exit code, last lines of its log); the others go on.
+- Ctrl+C / SIGTERM: SIGINT to every child's process group (what a terminal Ctrl+C would do to a
+  training: it saves a final checkpoint and exits), up to ``--stop_timeout_sec`` to let them finish,
+  then SIGKILL. A second Ctrl+C kills at once.
+- Relaunching the run skips finished experiments (the CLI does) and experiments still running from
+  an earlier launch; the rest start again, and the trainer resumes their folders by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from sfx_runner.backends.base import Backend, format_command
+from sfx_runner.errors import RunnerError
+from sfx_runner.run_description import ExperimentSpec, RunDescription, resolve_interpreter
+from sfx_runner.state import log_path, process_runs_experiment, read_state, write_state
+
+POLL_SEC = 0.2
+LOG_TAIL_LINES = 10
+# sfx.train's exit status after SIGINT / SIGTERM: it saved a final checkpoint
+INTERRUPTED_RETURNCODE = 130
+# what a child stopped by the runner may also return: killed by one of the runner's signals (negative
+# in Popen.returncode) or a shell's 128 + signal. Outside a stop, these count as failures (SIGKILL from
+# the out-of-memory killer is one).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+STOPPED_RETURNCODES = {INTERRUPTED_RETURNCODE} | {-s for s in _STOP_SIGNALS} | {128 + s for s in _STOP_SIGNALS}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be an integer >= 1")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number >= 0")
+    return value
+
+
+def _gpu_count_arg(text: str) -> int:
+    value = int(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"{text} must be -1 (detect), 0 (no GPUs) or a number of GPUs")
+    return value
+
+
+def _visible_devices() -> list[str] | None:
+    """The runner's own ``CUDA_VISIBLE_DEVICES`` as a list (None when unset): set by Slurm or by the
+    user to restrict the runner to some GPUs, so children must pick among these."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return list(dict.fromkeys(d.strip() for d in value.split(",") if d.strip()))
+
+
+def nvidia_smi_gpus() -> int | None:
+    """The number of GPUs ``nvidia-smi -L`` lists, or None when nvidia-smi is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def gpu_ids(num_gpus: int) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` values to hand out: -1 = every GPU found, 0 = none, N = the first N.
+
+    Raises:
+        RunnerError: N is more than the GPUs this machine (or the runner's CUDA_VISIBLE_DEVICES) has.
+    """
+    if num_gpus == 0:
+        return []
+    visible = _visible_devices()
+    if num_gpus < 0:
+        if visible is not None:
+            return visible
+        return [str(i) for i in range(nvidia_smi_gpus() or 0)]
+    if visible is not None:
+        if num_gpus > len(visible):
+            raise RunnerError(f"--num_gpus={num_gpus}, but CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} "
+                              f"makes only {len(visible)} visible")
+        return visible[:num_gpus]
+    found = nvidia_smi_gpus()
+    if found is not None and num_gpus > found:
+        raise RunnerError(f"--num_gpus={num_gpus}, but nvidia-smi -L lists {found} GPU(s)")
+    return [str(i) for i in range(num_gpus)]
+
+
+def describe_returncode(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def log_tail(path: Path, offset: int, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of ``path`` written after byte ``offset`` (this attempt's output only)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(offset, size - 64 * 1024)  # enough for 10 lines of any sane log
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return []
+    text = data.decode(errors="replace").replace("\r", "\n")
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+@dataclass
+class _Child:
+    spec: ExperimentSpec
+    proc: subprocess.Popen
+    gpu: str | None
+    log: IO[bytes]
+    log_offset: int
+    started: float
+    attempt: int
+
+
+@dataclass
+class _Outcomes:
+    finished: list[str] = field(default_factory=list)
+    failed: list[tuple[str, int]] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)
+    already_running: list[str] = field(default_factory=list)
+
+
+class _GpuSlots:
+    """Hands out GPUs: the least busy one, round-robin among equally busy ones (so consecutive
+    experiments spread over the GPUs instead of all landing on the first)."""
+
+    def __init__(self, gpus: list[str], per_gpu: int) -> None:
+        self.gpus = gpus
+        self.per_gpu = per_gpu
+        self.load = {g: 0 for g in gpus}
+        self._next = 0
+
+    def acquire(self) -> str | None:
+        """A GPU for the next experiment, None without GPUs. Callers keep the number of running
+        experiments below ``len(gpus) * per_gpu``, so some GPU always has room."""
+        if not self.gpus:
+            return None
+        n = len(self.gpus)
+        i = min(range(n), key=lambda j: (self.load[self.gpus[j]], (j - self._next) % n))
+        gpu = self.gpus[i]
+        if self.load[gpu] >= self.per_gpu:
+            raise RuntimeError(f"no GPU has room: {self.load}")  # the capacity check above prevents it
+        self.load[gpu] += 1
+        self._next = (i + 1) % n
+        return gpu
+
+    def release(self, gpu: str | None) -> None:
+        if gpu is not None:
+            self.load[gpu] -= 1
+
+
+class _StopSignals:
+    """Catches SIGINT and SIGTERM while the runner supervises its children; restores the previous
+    handlers on exit. ``count`` says how many arrived (a second one means: kill now)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        self.last = signal.Signals(signum).name
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _say(message: str) -> None:
+    try:
+        print(f"[runner] {message}", flush=True)
+    except BrokenPipeError:
+        pass  # nobody reads the output any more (a closed pipe): the children still need supervising
+
+
+class ProcessesBackend(Backend):
+    """Experiments as local child processes (see the module docstring)."""
+
+    name = "processes"
+
+    @classmethod
+    def add_args(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("processes runner (--runner=processes)")
+        g.add_argument("--max_parallel", type=_positive_int, default=1, help="experiments running at once")
+        g.add_argument("--pause_between", type=_non_negative_float, default=1.0,
+                       help="seconds between two launches")
+        g.add_argument("--experiments_per_gpu", type=_positive_int, default=1,
+                       help="experiments sharing one GPU at a time")
+        g.add_argument("--num_gpus", type=_gpu_count_arg, default=-1,
+                       help="GPUs to spread the experiments over (CUDA_VISIBLE_DEVICES=<one GPU> per experiment); "
+                            "-1 = all that nvidia-smi -L lists (or the runner's CUDA_VISIBLE_DEVICES), "
+                            "0 = none: CUDA_VISIBLE_DEVICES is left as it is")
+        g.add_argument("--stop_timeout_sec", type=_non_negative_float, default=60.0,
+                       help="on Ctrl+C / SIGTERM: seconds the experiments get to save a final checkpoint and "
+                            "exit before they are killed")
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.max_parallel: int = getattr(args, "max_parallel", 1)
+        self.pause_between_sec: float = getattr(args, "pause_between", 1.0)
+        self.experiments_per_gpu: int = getattr(args, "experiments_per_gpu", 1)
+        self.num_gpus: int = getattr(args, "num_gpus", -1)
+        self.stop_timeout_sec: float = getattr(args, "stop_timeout_sec", 60.0)
+
+    def _capacity(self, gpus: list[str]) -> int:
+        if gpus:
+            return min(self.max_parallel, len(gpus) * self.experiments_per_gpu)
+        return self.max_parallel
+
+    def _plan_line(self, n: int, gpus: list[str]) -> str:
+        capacity = self._capacity(gpus)
+        gpu_text = (f"GPUs {','.join(gpus)} x {self.experiments_per_gpu} per GPU" if gpus
+                    else "no GPU assignment")
+        note = ""
+        if gpus and capacity < self.max_parallel:
+            note = f" (--max_parallel={self.max_parallel} capped by {len(gpus)} GPUs x {self.experiments_per_gpu})"
+        return (f"{n} experiment(s) on local processes, at most {capacity} at once{note}, {gpu_text}, "
+                f"{self.pause_between_sec:g} s between launches")
+
+    def dry_run(self, specs: list[ExperimentSpec], run: RunDescription) -> None:
+        gpus = gpu_ids(self.num_gpus)
+        _say(f"dry run: {self._plan_line(len(specs), gpus)}")
+        if gpus:
+            _say("each experiment also gets CUDA_VISIBLE_DEVICES=<its GPU> when it starts")
+        for spec in specs:
+            print(f"{spec.name}:\n    {format_command(spec, resolve_interpreter(spec.argv))}\n"
+                  f"    log: {log_path(spec)}", flush=True)
+
+    # --- launch -------------------------------------------------------------------------------
+
+    def launch(self, specs: list[ExperimentSpec], run: RunDescription) -> int:
+        gpus = gpu_ids(self.num_gpus)
+        outcomes = _Outcomes()
+        queue: deque[ExperimentSpec] = deque()
+        for spec in specs:
+            previous = read_state(spec) or {}
+            if previous.get("state") == "running" and previous.get("backend") == self.name \
+                    and process_runs_experiment(previous.get("pid"), spec):
+                # a runner that died (or a second runner) left it running: two trainers on one folder
+                # would corrupt it, so it is left to finish
+                _say(f"{spec.name}: still running from an earlier launch (pid {previous['pid']}); not started again")
+                outcomes.already_running.append(spec.name)
+                continue
+            queue.append(spec)
+        for spec in queue:
+            write_state(spec, state="queued", backend=self.name, returncode=None, pid=None, job_id=None,
+                        runner_pid=os.getpid())
+        total = len(queue)
+        _say(self._plan_line(total, gpus))
+
+        running: list[_Child] = []
+        slots = _GpuSlots(gpus, self.experiments_per_gpu)
+        last_launch = -float("inf")
+        last_progress = ""
+        with _StopSignals() as stop:
+            try:
+                while queue or running:
+                    changed = self._reap(running, slots, outcomes)
+                    if stop.count:
+                        break
+                    now = time.monotonic()
+                    if queue and len(running) < self._capacity(gpus) and now - last_launch >= self.pause_between_sec:
+                        spec = queue.popleft()
+                        gpu = slots.acquire()
+                        child = self._start(spec, gpu)
+                        last_launch, changed = now, True
+                        if child is None:
+                            slots.release(gpu)
+                            outcomes.failed.append((spec.name, 127))
+                        else:
+                            running.append(child)
+                    if changed:
+                        progress = self._progress(total, outcomes, len(running), len(queue))
+                        if progress != last_progress:
+                            _say(progress)
+                            last_progress = progress
+                    time.sleep(POLL_SEC)
+            finally:
+                # also on an unexpected error in the loop: never leave children running unsupervised
+                if running:
+                    self._stop_children(running, slots, outcomes, stop)
+            if stop.count:
+                for spec in queue:
+                    write_state(spec, state="queued", runner_pid=None)  # never started: "not started"
+
+        return self._summary(total, outcomes, stopped_by=stop.last if stop.count else None, queued=len(queue))
+
+    def _start(self, spec: ExperimentSpec, gpu: str | None) -> _Child | None:
+        """Start one experiment; None when it could not even start (its failure is reported)."""
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # the log file shows output as it happens
+        shown_env = {}
+        if gpu is not None:
+            shown_env["CUDA_VISIBLE_DEVICES"] = gpu
+        shown_env.update(spec.env_vars)  # the experiment's own values win, CUDA_VISIBLE_DEVICES included
+        env.update(shown_env)
+        argv = resolve_interpreter(spec.argv)
+        attempt = int((read_state(spec) or {}).get("attempts") or 0) + 1
+        path = log_path(spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        spec.train_dir.mkdir(parents=True, exist_ok=True)
+        log = open(path, "ab")
+        header = (f"===== [runner] {spec.name}: attempt {attempt}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                  f"{f', GPU {gpu}' if gpu is not None else ''} =====\n$ {format_command(spec, argv, shown_env)}\n")
+        log.write(("\n" if log.tell() else "").encode() + header.encode())
+        log.flush()
+        offset = log.tell()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        except OSError as e:
+            log.write(f"[runner] could not start {argv[0]!r}: {e}\n".encode())
+            log.close()
+            write_state(spec, state="failed", backend=self.name, returncode=127, pid=None, attempts=attempt)
+            _say(f"FAILED {spec.name}: could not start {argv[0]!r}: {e.strerror or e}")
+            return None
+        write_state(spec, state="running", backend=self.name, returncode=None, pid=proc.pid, attempts=attempt,
+                    started=time.time())
+        _say(f"started {spec.name} (pid {proc.pid}{f', GPU {gpu}' if gpu is not None else ''}), log {path}")
+        return _Child(spec, proc, gpu, log, offset, time.monotonic(), attempt)
+
+    def _reap(self, running: list[_Child], slots: _GpuSlots, outcomes: _Outcomes, stopping: bool = False) -> bool:
+        """Record every child that exited; True if any did. ``stopping``: the runner is stopping its
+        children, so being killed by its signals is an interruption, not a failure."""
+        changed = False
+        for child in list(running):
+            rc = child.proc.poll()
+            if rc is None:
+                continue
+            changed = True
+            running.remove(child)
+            child.log.close()
+            slots.release(child.gpu)
+            spec, seconds = child.spec, time.monotonic() - child.started
+            if rc == 0:
+                state = "finished"
+                outcomes.finished.append(spec.name)
+                _say(f"finished {spec.name} after {seconds:.0f} s")
+            elif rc == INTERRUPTED_RETURNCODE or (stopping and rc in STOPPED_RETURNCODES):
+                state = "interrupted"
+                outcomes.interrupted.append(spec.name)
+                _say(f"interrupted {spec.name} ({describe_returncode(rc)}) after {seconds:.0f} s")
+            else:
+                state = "failed"
+                outcomes.failed.append((spec.name, rc))
+                tail = log_tail(log_path(spec), child.log_offset)
+                lines = "\n".join(f"    | {line}" for line in tail) or "    (no output)"
+                _say(f"FAILED {spec.name} ({describe_returncode(rc)}) after {seconds:.0f} s; last lines of "
+                     f"{log_path(spec)}:\n{lines}")
+            write_state(spec, state=state, returncode=rc, pid=child.proc.pid)
+        return changed
+
+    def _stop_children(self, running: list[_Child], slots: _GpuSlots, outcomes: _Outcomes,
+                       stop: _StopSignals) -> None:
+        """SIGINT to every child's process group, wait up to the stop timeout, then SIGKILL."""
+        hurry_at = 2 if stop.count else 1  # one more signal than the one that stopped the run: kill now
+        why = f"{stop.last} received" if stop.count else "runner error"
+        _say(f"{why}: stopping {len(running)} experiment(s): SIGINT, then up to {self.stop_timeout_sec:g} s for "
+             f"their final checkpoints (Ctrl+C again kills them at once)")
+        for child in running:
+            _signal_group(child.proc, signal.SIGINT)
+        deadline = time.monotonic() + self.stop_timeout_sec
+        while running and time.monotonic() < deadline and stop.count < hurry_at:
+            self._reap(running, slots, outcomes, stopping=True)
+            time.sleep(POLL_SEC)
+        if running:
+            _say(f"killing {len(running)} experiment(s) that did not stop: {', '.join(c.spec.name for c in running)}")
+            for child in running:
+                _signal_group(child.proc, signal.SIGKILL)
+            for child in running:
+                try:
+                    child.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # uninterruptible (D state): give up on it
+                    pass
+        self._reap(running, slots, outcomes, stopping=True)
+
+    @staticmethod
+    def _progress(total: int, outcomes: _Outcomes, running: int, queued: int) -> str:
+        parts = [f"{len(outcomes.finished)}/{total} finished", f"{running} running", f"{len(outcomes.failed)} failed"]
+        if outcomes.interrupted:
+            parts.append(f"{len(outcomes.interrupted)} interrupted")
+        parts.append(f"{queued} queued")
+        return ", ".join(parts)
+
+    def _summary(self, total: int, outcomes: _Outcomes, stopped_by: str | None, queued: int) -> int:
+        _say(f"done: {self._progress(total, outcomes, 0, queued)}"
+             + (f"; stopped by {stopped_by}" if stopped_by else ""))
+        for name, rc in outcomes.failed:
+            _say(f"  failed: {name} ({describe_returncode(rc)})")
+        for name in outcomes.interrupted:
+            _say(f"  interrupted: {name} (relaunch the run to resume it)")
+        if stopped_by:
+            return 130
+        if outcomes.failed or outcomes.interrupted:
+            return 1
+        return 0
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the child's whole process group (the trainer and its workers), as a terminal would."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+__all__ = ["ProcessesBackend", "gpu_ids", "nvidia_smi_gpus"]
