@@ -36,6 +36,9 @@ setup(
         "psutil",
         "imageio",
         "imageio-ffmpeg",
+        "submitit",      # sfx_runner's Slurm backend
+        "pandas",        # sfx_tb's tables and curves
+        "matplotlib",    # sfx_tb's plots, bench charts
     ],
     extras_require={
         # gymnasium's classic-control envs (CartPole ...) draw their frames with pygame: needed for

@@ -1,10 +1,12 @@
 """``python -m sfx.train --env=... --experiment=...``: train an agent (asynchronous APPO).
 
 Run with ``--help`` for every flag and its default. An existing experiment folder is resumed.
+``--algo=DUMMY_SAMPLER`` runs :mod:`sfx.dummy_sampler` instead (sampling with random actions, no training).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from sfx.cfg import ConfigError, parse_args
@@ -13,7 +15,19 @@ from sfx.engine import run_training
 EXIT_CODES = {"done": 0, "failed": 1, "interrupted": 130}
 
 
+def requested_algo(argv: list[str]) -> str | None:
+    """The ``--algo`` on the command line, if any (before the full parse, which may resume a saved cfg)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--algo", default=None)
+    return pre.parse_known_args(argv)[0].algo
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if requested_algo(argv) == "DUMMY_SAMPLER":
+        from sfx.dummy_sampler import main as sample
+
+        return sample(argv)
     try:
         cfg = parse_args(argv)
         result = run_training(cfg)  # raises ConfigError before any worker starts, e.g. on bad checkpoints

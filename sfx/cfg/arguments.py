@@ -51,7 +51,9 @@ def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, he
 def add_default_args(parser: argparse.ArgumentParser) -> None:
     """Add every flag the trainer itself understands (env families add theirs separately)."""
     g = parser.add_argument_group("experiment")
-    g.add_argument("--algo", choices=["APPO"], default="APPO", help="training algorithm")
+    g.add_argument("--algo", choices=["APPO", "DUMMY_SAMPLER"], default="APPO",
+                   help="training algorithm; DUMMY_SAMPLER = no training, random actions through the sampling path "
+                        "(the same as python -m sfx.dummy_sampler)")
     g.add_argument("--env", required=True, help="env name: a family prefix and the env, e.g. gym_CartPole-v1")
     g.add_argument("--experiment", default="default_experiment",
                    help="experiment folder name under --train_dir; an existing one is resumed")
@@ -139,6 +141,15 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "falls back to reward for a policy whose episodes do not report it")
     g.add_argument("--pbt_perturb_min", type=float, default=1.05, help="smallest mutation factor (> 1)")
     g.add_argument("--pbt_perturb_max", type=float, default=1.5, help="largest mutation factor (>= pbt_perturb_min)")
+    g.add_argument("--pbt_population_dir", default=None,
+                   help="PBT across experiments: a folder shared by every member (e.g. on the cluster's shared "
+                        "filesystem); each member publishes its objective and a snapshot there and copies better "
+                        "members. None = PBT among the --num_policies of this run")
+    g.add_argument("--pbt_member_name", default=None,
+                   help="this experiment's name in --pbt_population_dir (default: --experiment)")
+    g.add_argument("--pbt_member_stale_sec", type=float, default=3600.0,
+                   help="members whose last publication is older than this are left out of the ranking "
+                        "(crashed or waiting in a queue); they rejoin when they publish again")
 
     g = parser.add_argument_group("model")
     add_bool_arg(g, "use_rnn", True, "recurrent core after the encoder")
@@ -173,6 +184,14 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="seconds between TensorBoard summaries")
     g.add_argument("--report_every_sec", type=float, default=5.0, help="seconds between status lines in the log")
     g.add_argument("--stats_avg", type=int, default=100, help="episodes averaged for reported reward and length")
+
+    g = parser.add_argument_group("dummy sampler (python -m sfx.dummy_sampler, or --algo=DUMMY_SAMPLER)")
+    g.add_argument("--sample_env_frames", type=int_like, default=1_000_000,
+                   help="stop after this many env frames (agent steps x --env_frameskip, every agent counted); "
+                        "lifted when only --timeout_seconds is given")
+    g.add_argument("--timeout_seconds", type=float, default=None,
+                   help="stop after sampling this long, counted from the moment every rollout worker steps "
+                        "(env creation excluded); None = only --sample_env_frames stops")
 
 
 def add_eval_args(parser: argparse.ArgumentParser) -> None:

@@ -92,13 +92,15 @@ def _check_unknown(parser: argparse.ArgumentParser, extras: list[str]) -> None:
     raise ConfigError(f"unrecognized argument {first!r}{hint}; --help lists every flag")
 
 
-def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resume: bool = True,
+               prog: str | None = None) -> argparse.Namespace:
     """Parse the command line into the cfg of a training (or, with ``evaluation=True``, of sfx.enjoy).
 
     An existing ``train_dir/experiment/cfg.json`` is resumed: its values replace the defaults and
     every flag given on the command line replaces them in turn. Flags newer than the saved cfg get
     their defaults. ``cfg.explicit_args`` is the sorted list of flags given on the command line,
-    ``cfg.command_line`` the command line itself.
+    ``cfg.command_line`` the command line itself. ``resume=False`` reads no saved cfg (the dummy
+    sampler: its settings are the command line's alone); ``prog`` names the command in ``--help``.
 
     Raises:
         ConfigError: on anything wrong with the command line, the env name, the experiment folder.
@@ -108,19 +110,22 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False) -> a
     wants_help = any(a in ("-h", "--help") for a in argv)
     if pre.env is None:
         if wants_help:
-            build_parser(None, evaluation).parse_args(["--help"])  # prints help and exits
+            parser = build_parser(None, evaluation)
+            parser.prog = prog or parser.prog
+            parser.parse_args(["--help"])  # prints help and exits
         from sfx.envs.registry import registered_prefixes
 
         raise ConfigError(f"--env is required, e.g. --env=gym_CartPole-v1 (env families: "
                           f"{', '.join(registered_prefixes())})")
 
     parser = build_parser(pre.env, evaluation)
+    parser.prog = prog or parser.prog
     cfg, extras = parser.parse_known_args(argv)
     _check_unknown(parser, extras)
     explicit = explicit_flags(parser, argv)
 
     cfg_file = Path(pre.train_dir).expanduser() / pre.experiment / CFG_FILE
-    if cfg_file.is_file():
+    if resume and cfg_file.is_file():
         from sfx.experiment.cfg_io import load_cfg  # sfx.experiment imports ConfigError from this package
 
         saved = load_cfg(cfg_file)

@@ -56,6 +56,11 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 
+    if getattr(cfg, "sample_env_frames", 1) <= 0:
+        raise ConfigError(f"--sample_env_frames={cfg.sample_env_frames} must be a positive integer (> 0)")
+    if getattr(cfg, "timeout_seconds", None) is not None and not cfg.timeout_seconds > 0:
+        raise ConfigError(f"--timeout_seconds={cfg.timeout_seconds} must be > 0")
+
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
                           f"--worker_num_splits={cfg.worker_num_splits}")
@@ -65,8 +70,20 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         raise ConfigError(f"--rollout={cfg.rollout} must be a multiple of --recurrence={cfg.recurrence} "
                           f"(with --use_rnn=True)")
     if getattr(cfg, "with_pbt", False):
-        if cfg.num_policies < 2:
-            raise ConfigError(f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2")
+        if cfg.pbt_population_dir:
+            if cfg.num_policies != 1:
+                raise ConfigError(f"--pbt_population_dir makes this experiment one member of a population of "
+                                  f"experiments: --num_policies={cfg.num_policies} must be 1")
+            if check_paths:
+                check_writable_dir(cfg.pbt_population_dir, "--pbt_population_dir")
+            name = cfg.pbt_member_name or cfg.experiment
+            if "/" in str(name) or str(name).startswith("."):
+                raise ConfigError(f"--pbt_member_name={name!r} must be a plain folder name (no '/', not hidden)")
+            if cfg.pbt_member_stale_sec <= 0:
+                raise ConfigError(f"--pbt_member_stale_sec={cfg.pbt_member_stale_sec} must be > 0")
+        elif cfg.num_policies < 2:
+            raise ConfigError(f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2, "
+                              f"or --pbt_population_dir for PBT across experiments")
         if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
             raise ConfigError(f"--pbt_replace_fraction={cfg.pbt_replace_fraction} must be in (0, 0.5]")
         if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:

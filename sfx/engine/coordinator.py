@@ -25,10 +25,11 @@ import torch
 from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, allocate_agent_buffers,
                                 allocate_trajectory_buffers, num_trajectory_slots)
 from sfx.engine.learner import Learner, trajectories_per_iteration
-from sfx.engine.policy_worker import PolicyWorker
+from sfx.engine.policy_worker import PolicyWorker, RandomPolicyWorker
 from sfx.engine.queues import LocalQueue, drain, make_process_queue
 from sfx.engine.rollout_worker import RolloutWorker
 from sfx.models.obs import max_obs_ndim, obs_spec
+from sfx.pbt.cluster import ClusterPopulationMember
 from sfx.pbt.population import PopulationManager, max_batch_size
 from sfx.engine.stats import PolicyStats, ThroughputMeter, format_duration, status_line, write_summaries
 
@@ -60,6 +61,7 @@ class Wiring:
     rollout_inboxes: list                  # per rollout worker: answers from policy workers
     report_queue: Any                      # everything -> coordinator
     env_family: Any = None                 # registered again in each worker process
+    make_env_fn: Any = None                # rollout workers' env factory; None = sfx.envs.make_env
     components: list[tuple[str, int, int]] = field(default_factory=list)  # (role, index, policy)
 
 
@@ -188,7 +190,10 @@ def build_component(w: Wiring, role: str, index: int, policy: int, device: torch
     cfg, info = w.cfg, w.env_info
     if role == "rollout_worker":
         return RolloutWorker(cfg, index, info.num_agents, w.traj, w.agents, w.free_slots, w.policy_queues,
-                             w.learner_queues, w.report_queue, make_env)
+                             w.learner_queues, w.report_queue, w.make_env_fn or make_env)
+    if role == "random_policy_worker":  # the dummy sampler's stand-in for policy worker and learner
+        return RandomPolicyWorker(policy, index, info.action_space, w.traj[policy], w.free_slots[policy],
+                                  w.rollout_inboxes, cfg.seed)
     if cfg.seed is not None:
         torch.manual_seed(cfg.seed * 1000 + policy)
     model = create_actor_critic(cfg, info.observation_space, info.action_space)
@@ -204,6 +209,7 @@ def build_component(w: Wiring, role: str, index: int, policy: int, device: torch
 def component_inbox(w: Wiring, role: str, index: int, policy: int):
     return {"rollout_worker": lambda: w.rollout_inboxes[index],
             "policy_worker": lambda: w.policy_queues[policy],
+            "random_policy_worker": lambda: w.policy_queues[policy],
             "learner": lambda: w.learner_queues[policy]}[role]()
 
 
@@ -472,8 +478,9 @@ def run_training(cfg: Any) -> dict:
 
     population = None
     if cfg.with_pbt:
-        population = PopulationManager(cfg, w.learner_queues, w.rollout_inboxes, env_info.reward_shaping,
-                                       random.Random(None if cfg.seed is None else cfg.seed + 7919), pbt_summary)
+        manager_class = ClusterPopulationMember if cfg.pbt_population_dir else PopulationManager
+        population = manager_class(cfg, w.learner_queues, w.rollout_inboxes, env_info.reward_shaping,
+                                   random.Random(None if cfg.seed is None else cfg.seed + 7919), pbt_summary)
 
     def flush_summaries() -> None:
         for p, (s, wr) in enumerate(zip(pstats, writers)):
@@ -492,6 +499,8 @@ def run_training(cfg: Any) -> dict:
     with _StopRequest() as stop_request:
         try:
             runtime.start()
+            fps_meter.mark_start()
+            samples_meter.mark_start()
             report_status("running", time.time())
             while True:
                 handle(runtime.step())

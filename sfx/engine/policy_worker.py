@@ -95,3 +95,61 @@ class PolicyWorker:
             answers.setdefault(worker, []).append((split, len(r)))
         for worker, splits in answers.items():
             self.rollout_inboxes[worker].put(("act", splits))
+
+
+def random_action_rows(space: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` uniformly random actions of ``space`` as stored in a trajectory slot (``[n, k]`` float32,
+    categorical choices counted from 0: :func:`~sfx.algo.distributions.action_to_env` adds ``start``)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return rng.integers(int(space.n), size=(n, 1)).astype(np.float32)
+    if isinstance(space, spaces.Tuple):
+        return np.concatenate([random_action_rows(s, n, rng) for s in space.spaces], axis=1)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec, dtype=np.int64).reshape(-1)
+        return (rng.random((n, len(nvec))) * nvec).astype(np.int64).astype(np.float32)
+    if isinstance(space, spaces.Box):
+        low = np.broadcast_to(space.low, space.shape).reshape(-1).astype(np.float64)
+        high = np.broadcast_to(space.high, space.shape).reshape(-1).astype(np.float64)
+        bounded = np.isfinite(low) & np.isfinite(high)
+        # unbounded dimensions get a standard normal, as a fresh Gaussian policy would act
+        rows = rng.standard_normal((n, len(low)))
+        rows[:, bounded] = rng.uniform(low[bounded], high[bounded], size=(n, int(bounded.sum())))
+        return rows.astype(np.float32)
+    raise ValueError(f"no random actions for action space {space!r}")
+
+
+class RandomPolicyWorker:
+    """Stands in for a policy worker in the dummy sampler (``python -m sfx.dummy_sampler``): it
+    answers requests exactly like a :class:`PolicyWorker` (same queues, same slots, same answer),
+    but writes uniformly random actions instead of running a model, so the figure measured is the
+    sampling path alone. It also takes the place of the learner: finished trajectories
+    (``('traj', slots)``, wired to arrive on this worker's own queue) go straight back to the
+    policy's free-slot queue.
+
+    Messages in: ``('req', worker, split, rows[n, 5])`` and ``('traj', slots)``.
+    Out: ``('act', [(split, n), ...])`` to the rollout worker's inbox; slot ids to ``free_slots``.
+    """
+
+    def __init__(self, policy_id: int, worker_idx: int, action_space: Any, traj_buffers: TrajectoryBuffers,
+                 free_slots: Any, rollout_inboxes: list, seed: int | None = None) -> None:
+        self.policy_id = policy_id
+        self.worker_idx = worker_idx
+        self.action_space = action_space
+        self.actions = traj_buffers.actions.numpy()
+        self.free_slots = free_slots
+        self.rollout_inboxes = rollout_inboxes
+        self.rng = np.random.default_rng(None if seed is None else seed * 1000 + 7 * policy_id + worker_idx)
+
+    def process(self, msgs: list) -> None:
+        answers: dict[int, list[tuple[int, int]]] = {}
+        for msg in msgs:
+            if msg[0] == "traj":
+                self.free_slots.put_many(list(msg[1]))
+                continue
+            _, worker, split, rows = msg
+            self.actions[rows[:, REQ_SLOT], rows[:, REQ_T]] = random_action_rows(self.action_space, len(rows), self.rng)
+            answers.setdefault(worker, []).append((split, len(rows)))
+        for worker, splits in answers.items():
+            self.rollout_inboxes[worker].put(("act", splits))

@@ -31,6 +31,12 @@ class ThroughputMeter:
         self.samples: collections.deque = collections.deque()  # (time, cumulative count)
         self.total = 0
 
+    def mark_start(self, now: float | None = None) -> None:
+        """Anchor the windows at the moment counting starts: without it the first report's count
+        (accumulated before it) would be divided by the gap to the second report alone."""
+        if not self.samples:
+            self.samples.append((time.time() if now is None else now, self.total))
+
     def add(self, count: int, now: float | None = None) -> None:
         now = time.time() if now is None else now
         self.total += count

@@ -106,19 +106,20 @@ def mutate(params: Mapping[str, float], specs: Sequence[ParamSpec], rng: random.
     return new, records
 
 
-def select_replacement(policy: int, objectives: Mapping[int, float], replace_fraction: float,
-                       reward_gap: float, reward_gap_absolute: float, rng: random.Random
-                       ) -> tuple[int | None, str]:
+def select_replacement(policy: Any, objectives: Mapping[Any, float], replace_fraction: float,
+                       reward_gap: float, reward_gap_absolute: float, rng: random.Random, noun: str = "policy"
+                       ) -> tuple[Any, str]:
     """Exploit: which policy ``policy`` should copy, or ``None``; and why, in words.
 
     Policies are ranked by objective (higher is better; NaN = no finished episode yet, never
     ranked). With ``k = max(1, round(replace_fraction * n))``, a policy among the ``k`` worst copies
     a random one of the ``k`` best when the best's objective exceeds its own by more than
-    ``reward_gap_absolute`` and by more than ``reward_gap`` times the best's magnitude.
+    ``reward_gap_absolute`` and by more than ``reward_gap`` times the best's magnitude. Policies
+    are any hashable keys (ints in one run, member names across experiments, called ``noun``).
     """
     ranked = sorted((p for p, v in objectives.items() if not math.isnan(v)), key=lambda p: objectives[p])
     if policy not in ranked or len(ranked) < 2:
-        return None, "not ranked (no objective yet, or a single ranked policy)"
+        return None, f"not ranked (no objective yet, or a single ranked {noun})"
     k = max(1, min(len(ranked) // 2, round(replace_fraction * len(ranked))))
     worst, best = ranked[:k], ranked[-k:]
     if policy not in worst:
@@ -127,10 +128,10 @@ def select_replacement(policy: int, objectives: Mapping[int, float], replace_fra
     mine, theirs = objectives[policy], objectives[winner]
     gap = theirs - mine
     if gap <= reward_gap_absolute:
-        return None, f"gap to policy {winner} is {gap:.4g} <= absolute threshold {reward_gap_absolute:g}"
+        return None, f"gap to {noun} {winner} is {gap:.4g} <= absolute threshold {reward_gap_absolute:g}"
     if gap <= reward_gap * abs(theirs):
-        return None, f"gap to policy {winner} is {gap:.4g} <= {reward_gap:g} x |{theirs:.4g}|"
-    return winner, f"objective {mine:.4g} vs policy {winner}'s {theirs:.4g} (bottom {k} of {len(ranked)})"
+        return None, f"gap to {noun} {winner} is {gap:.4g} <= {reward_gap:g} x |{theirs:.4g}|"
+    return winner, f"objective {mine:.4g} vs {noun} {winner}'s {theirs:.4g} (bottom {k} of {len(ranked)})"
 
 
 def batch_size_choices(batch_size: int, rollout: int, low_factor: int = 4, high_factor: int = 2) -> tuple[int, ...]:

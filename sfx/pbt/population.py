@@ -214,23 +214,27 @@ class PopulationManager:
                "reward_shaping": self.shaping_of(p)}
         atomic_write_text(policy_cfg_path(self.cfg, p), json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
-    def _record(self, p: int, kind: str, source: int | None, records: list[dict], env_steps: int,
+    def _record(self, p: int, kind: str, source: Any, records: list[dict], env_steps: int,
                 reason: str) -> None:
         entry = {"policy": p, "kind": kind, "from": source, "env_steps": env_steps, "reason": reason,
                  "changes": records}
         self.history.append(entry)
         changes = "; ".join(f"{r['param']} {_fmt(r['old'])} -> {_fmt(r['new'])} ({r['how']})" for r in records)
-        head = f"PBT {kind}: policy {p}" + (f" copies policy {source}" if source is not None else "")
+        head = f"PBT {kind}: {self.label(p)}" + (f" copies {self.label(source)}" if source is not None else "")
         text = f"{head} at {env_steps:,} env steps ({reason})" + (f": {changes}" if changes else ": nothing mutated")
         log.info(text)
         self.summary(p, "pbt/decisions", text, env_steps)
-        if source is not None:
+        if isinstance(source, int):
             self.summary(p, "pbt/copied_from_policy", float(source), env_steps)
 
     def write_summaries(self, p: int, env_steps: int) -> None:
         """The effective hyperparameters of policy ``p`` as scalars ``pbt/<name>``."""
         for name, value in self.params[p].items():
             self.summary(p, f"pbt/{name}", float(value), env_steps)
+
+    @staticmethod
+    def label(who: Any) -> str:
+        return f"policy {who}"
 
     @staticmethod
     def _describe(params: dict) -> str:

@@ -72,5 +72,11 @@ def test_throughput_meter_windows():
         m.add(100, now=1000.0 + i)
     assert m.rate(10, now=1060.0) == pytest.approx(100.0)
     assert m.rate(60, now=1060.0) == pytest.approx(100.0)
+    # the first report counts steps made since the start, not since itself
+    first = ThroughputMeter((10,))
+    first.mark_start(now=0.0)
+    first.add(500, now=1.0)
+    first.add(500, now=1.001)
+    assert first.rate(10, now=1.001) == pytest.approx(1000 / 1.001)
     assert format_duration(3725) == "01:02:05"
     assert format_duration(float("inf")) == "--:--:--"
