@@ -32,10 +32,35 @@ suite() {
 
 suite default "not slow" "$@"
 
+# The runner's Slurm tests (slow) run against a real single-node Slurm cluster on this machine,
+# which scripts/local_slurm/start.sh installs (once) and starts when we are root on Debian/Ubuntu.
+# There SFX_REQUIRE_SLURM=1 makes those tests fail, not skip, if the cluster does not work;
+# elsewhere they skip. SFX_SLURM=0 leaves the cluster alone. scripts/local_slurm/stop.sh stops it.
+start_local_slurm() {
+    local t0=$SECONDS
+    if [ "${SFX_SLURM:-1}" = 0 ]; then
+        slurm_note="not started (SFX_SLURM=0): Slurm tests skip"
+    elif [ "$(id -u)" -ne 0 ] || [ ! -f /etc/debian_version ]; then
+        slurm_note="not started (needs root on Debian/Ubuntu): Slurm tests skip"
+    else
+        echo "== local Slurm cluster (scripts/local_slurm/start.sh) =="
+        if scripts/local_slurm/start.sh; then
+            slurm_note="up"
+        else
+            slurm_note="start.sh FAILED: Slurm tests fail"
+        fi
+        export SFX_REQUIRE_SLURM=1
+    fi
+    t_slurm=$((SECONDS - t0))
+}
+
 t_slow=0
+t_slurm=0
+slurm_note="not started (default suite failed)"
 slow_note="skipped (default suite failed)"
 rc_slow=0
 if [ "$rc_default" -eq 0 ]; then
+    start_local_slurm
     suite slow "slow" "$@"
     slow_note="exit $rc_slow"
     if [ "$rc_slow" -eq 5 ]; then
@@ -55,6 +80,7 @@ done
 echo "== timing =="
 printf '  setup          %5ds\n' "$t_setup"
 printf '  default suite  %5ds  (exit %d)\n' "$t_default" "$rc_default"
+printf '  local slurm    %5ds  (%s)\n' "$t_slurm" "$slurm_note"
 printf '  slow suite     %5ds  (%s)\n' "$t_slow" "$slow_note"
 printf '  total          %5ds\n' "$((SECONDS - t_start))"
 # both suites in one closing line (the slow suite's own may say only "N deselected")
