@@ -111,6 +111,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--kl_loss_coeff", type=float, default=0.0,
                    help="coefficient of KL(behaviour || current) penalty; 0 = off")
     g.add_argument("--max_grad_norm", type=float, default=4.0, help="gradient norm clip; <= 0 disables clipping")
+    g.add_argument("--max_nan_batches", type=int, default=20,
+                   help="minibatches in a row with NaN/inf (targets, loss or gradients) that are skipped before the "
+                        "run stops with the last good weights saved")
     g.add_argument("--reward_scale", type=float, default=1.0, help="rewards are multiplied by this before clipping")
     g.add_argument("--reward_clip", type=float, default=10.0, help="scaled rewards are clipped to [-x, x]")
 

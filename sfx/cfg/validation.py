@@ -12,7 +12,7 @@ from sfx.cfg.errors import ConfigError
 # Counts and sizes that make no sense at zero or below.
 POSITIVE_INTS = (
     "num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "recurrence", "batch_size",
-    "num_batches_per_iteration", "ppo_epochs", "hidden_size", "rnn_num_layers", "num_policies",
+    "num_batches_per_iteration", "ppo_epochs", "hidden_size", "rnn_num_layers", "num_policies", "max_nan_batches",
     "policy_workers_per_policy", "keep_checkpoints", "max_policy_lag", "stats_avg", "env_frameskip",
     "train_for_env_steps", "train_for_seconds",
 )

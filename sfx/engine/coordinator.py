@@ -434,6 +434,7 @@ def run_training(cfg: Any) -> dict:
     fps_meter = ThroughputMeter()
     samples_meter = ThroughputMeter()
     learners_ready: set[int] = set()
+    counters = {"env_errors": 0, "checkpoint_failures": 0}  # run-wide event counts (TensorBoard)
     errors: list[str] = []
     stopped: set[str] = set()
 
@@ -441,6 +442,7 @@ def run_training(cfg: Any) -> dict:
         for kind, who, payload in reports:
             if kind == "rollout":
                 fps_meter.add(payload["env_steps"] * cfg.env_frameskip)
+                counters["env_errors"] += payload.get("env_errors", 0)
                 for ep in payload["episodes"]:
                     pstats[ep["policy"]].add_episode(ep)
             elif kind == "train":
@@ -452,6 +454,8 @@ def run_training(cfg: Any) -> dict:
                 pstats[who].train_step = payload["train_step"]
             elif kind == "checkpoint":
                 log.debug("policy %d checkpoint %s", who, payload["path"])
+            elif kind == "checkpoint_failed":
+                counters["checkpoint_failures"] += 1
             elif kind == "pbt_snapshot" and population is not None:
                 population.on_snapshot(who, payload)
             elif kind == "pbt_applied" and population is not None:
@@ -466,9 +470,12 @@ def run_training(cfg: Any) -> dict:
 
     def report_status(state: str, now: float) -> None:
         rewards = [s.mean("reward") for s in pstats]
-        write_status(cfg, status=state, env_steps=total_env_steps(), train_for_env_steps=cfg.train_for_env_steps,
-                     reward=[None if r != r else r for r in rewards], fps=fps_meter.rate(60, now),
-                     elapsed_sec=now - start)
+        try:
+            write_status(cfg, status=state, env_steps=total_env_steps(), train_for_env_steps=cfg.train_for_env_steps,
+                         reward=[None if r != r else r for r in rewards], fps=fps_meter.rate(60, now),
+                         elapsed_sec=now - start)
+        except OSError as e:  # a full disk must not stop training; the checkpoints say the same louder
+            log.warning("could not write %s: %s", "status.json", e.strerror or e)
 
     def pbt_summary(p: int, tag: str, value: Any, step: int) -> None:
         if isinstance(value, str):
@@ -488,6 +495,8 @@ def run_training(cfg: Any) -> dict:
                 population.write_summaries(p, s.env_steps)
             scalars = s.pop_summaries()
             scalars["fps"] = fps_meter.rate(60)
+            scalars["env_errors"] = float(counters["env_errors"])
+            scalars["checkpoint_failures"] = float(counters["checkpoint_failures"])
             scalars["samples_per_sec"] = samples_meter.rate(60)
             write_summaries(wr, scalars, s.env_steps)
             wr.flush()
@@ -556,7 +565,11 @@ def run_training(cfg: Any) -> dict:
               "train_stats": [dict(s.train) for s in pstats]}
     report_status(status, time.time())
     if status == "done":
-        done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")
+        try:
+            done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")
+        except OSError as e:
+            log.error("training finished but %s could not be written (%s): the same command will resume and "
+                      "finish at once", done_path(cfg), e.strerror or e)
     log.info("training %s after %s: %s env steps, %.0f samples/s (%.0f FPS), reward %s", status,
              format_duration(elapsed), f"{result['env_steps']:,}", result["samples_per_sec"], result["fps"],
              ", ".join(f"{r:.2f}" for r in result["reward"]))

@@ -33,6 +33,22 @@ def trajectories_per_iteration(cfg: Any) -> int:
     return trajectories_per_minibatch(cfg) * cfg.num_batches_per_iteration
 
 
+def batch_summary(mb: dict) -> str:
+    """min / max / share of non-finite values of each float tensor of a minibatch, for the log."""
+    parts = []
+    for key, value in sorted(mb.items()):
+        for name, t in (value.items() if isinstance(value, dict) else [(key, value)]):
+            if not torch.is_tensor(t) or not t.is_floating_point() or t.numel() == 0:
+                continue
+            t = t.detach().float()
+            finite = torch.isfinite(t)
+            bad = 1.0 - float(finite.float().mean())
+            lo = float(t[finite].min()) if bool(finite.any()) else float("nan")
+            hi = float(t[finite].max()) if bool(finite.any()) else float("nan")
+            parts.append(f"{name}[min {lo:.4g}, max {hi:.4g}" + (f", {bad:.1%} non-finite]" if bad else "]"))
+    return "; ".join(parts)
+
+
 class Learner:
     """Messages in: ``('traj', [slots])``; from population-based training
     ``('pbt_snapshot', {'request', 'path'})`` (save the whole state there) and
@@ -57,6 +73,8 @@ class Learner:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate,
                                           betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
         self.pending: list[int] = []
+        self.nan_batches = 0  # minibatches skipped for NaN/inf, over this process's life
+        self.consecutive_nan_batches = 0
         self.train_step = 0
         self.env_steps = 0
         self.last_save = time.time()
@@ -91,10 +109,26 @@ class Learner:
     def save_checkpoint(self) -> None:
         from sfx.experiment import save_checkpoint, save_milestone
 
-        path = save_checkpoint(self.cfg, self.policy_id, self.state())
+        from sfx.experiment import checkpoint_dir, list_checkpoints
+
+        try:
+            path = save_checkpoint(self.cfg, self.policy_id, self.state())
+        except OSError as e:
+            # disk full, quota, a vanished mount: the write went to a temp file that is gone now, so
+            # the previous checkpoint is untouched; training goes on and the next period tries again
+            self.last_save = time.time()
+            kept = list_checkpoints(checkpoint_dir(self.cfg, self.policy_id))
+            log.error("policy %d: checkpoint at train step %d could not be saved: %s. The previous checkpoint is "
+                      "intact (%s); the next save is in %.0f s", self.policy_id, self.train_step,
+                      e.strerror or e, kept[0] if kept else "none yet", self.cfg.save_every_sec)
+            self.report_queue.put(("checkpoint_failed", self.policy_id, {"error": str(e)}))
+            return
         self.last_save = time.time()
         if self.cfg.save_milestones_sec > 0 and time.time() - self.last_milestone >= self.cfg.save_milestones_sec:
-            save_milestone(self.cfg, self.policy_id, path)
+            try:
+                save_milestone(self.cfg, self.policy_id, path)
+            except OSError as e:
+                log.error("policy %d: milestone copy of %s failed: %s", self.policy_id, path, e.strerror or e)
             self.last_milestone = time.time()
         self.report_queue.put(("checkpoint", self.policy_id, {"path": str(path), "env_steps": self.env_steps,
                                                               "train_step": self.train_step}))
@@ -184,7 +218,10 @@ class Learner:
         lag = (self.train_step - batch["policy_versions"]).float()
         valids = (lag <= cfg.max_policy_lag) & batch["active"]
         if cfg.normalize_input and self.model.has_obs_normalizer and bool(valids.any()):
-            self.model.update_obs_normalizer({k: v[:, :T][valids] for k, v in batch["obs"].items()})
+            rows = {k: v[:, :T][valids] for k, v in batch["obs"].items()}
+            # one non-finite observation would poison the running statistics for good
+            if all(bool(torch.isfinite(v).all()) for v in rows.values() if v.is_floating_point()):
+                self.model.update_obs_normalizer(rows)
 
         per_mb = trajectories_per_minibatch(cfg)
         stats_acc: dict[str, float] = {}
@@ -194,11 +231,14 @@ class Learner:
             for start in range(0, n, per_mb):
                 mb = perm[start:start + per_mb]
                 stats = self._train_minibatch(tree_map(lambda v: v[mb], batch), valids[mb])
+                if stats is None:
+                    continue  # skipped: not finite
                 for k, v in stats.items():
                     stats_acc[k] = stats_acc.get(k, 0.0) + v
                 num_steps += 1
-        stats = {k: v / num_steps for k, v in stats_acc.items()}
+        stats = {k: v / num_steps for k, v in stats_acc.items()} if num_steps else {}
         stats.update({
+            "nan_batches": self.nan_batches,
             "env_steps": self.env_steps, "train_step": self.train_step, "samples": n * T,
             "policy_lag_avg": float(lag.mean()), "policy_lag_max": float(lag.max()),
             "valid_fraction": float(valids.float().mean()),
@@ -208,7 +248,22 @@ class Learner:
         })
         self.report_queue.put(("train", self.policy_id, stats))
 
-    def _train_minibatch(self, mb: dict[str, torch.Tensor], valids: torch.Tensor) -> dict[str, float]:
+    def _skip_not_finite(self, mb: dict, where: str) -> None:
+        """A minibatch with NaN/inf in ``where`` is not applied; too many in a row stop the run."""
+        self.nan_batches += 1
+        self.consecutive_nan_batches += 1
+        summary = batch_summary(mb)
+        log.warning("policy %d: %s not finite in a minibatch (train step %d): skipped (%d so far, %d in a row). "
+                    "Batch: %s", self.policy_id, where, self.train_step, self.nan_batches,
+                    self.consecutive_nan_batches, summary)
+        limit = getattr(self.cfg, "max_nan_batches", 20)
+        if self.consecutive_nan_batches >= limit:
+            raise FloatingPointError(
+                f"policy {self.policy_id}: {self.consecutive_nan_batches} minibatches in a row had non-finite "
+                f"{where} (--max_nan_batches={limit}); stopping with the last good weights saved. "
+                f"Last batch: {summary}")
+
+    def _train_minibatch(self, mb: dict[str, torch.Tensor], valids: torch.Tensor) -> dict[str, float] | None:
         cfg, model = self.cfg, self.model
         n, T = mb["rewards"].shape
         R = cfg.recurrence if cfg.use_rnn else T
@@ -251,6 +306,9 @@ class Learner:
             else:
                 adv, vs = gae(tm(rewards), tm(values.detach()), bootstrap, tm(discounts), cfg.gae_lambda)
             vs, adv = tm(vs), tm(adv)
+            if not (bool(torch.isfinite(vs).all()) and bool(torch.isfinite(adv).all())):
+                self._skip_not_finite(mb, "value targets / advantages")
+                return None
             if cfg.normalize_returns and getattr(model, "returns_normalizer", None) is not None:
                 model.returns_normalizer.update(vs[valids])
             targets_norm = model.normalize_values(vs)
@@ -268,9 +326,17 @@ class Learner:
         loss = (policy_loss + cfg.value_loss_coeff * value_loss + cfg.exploration_loss_coeff * ent_loss
                 + cfg.kl_loss_coeff * kl_term)
 
+        if not bool(torch.isfinite(loss)):
+            self._skip_not_finite(mb, "loss")
+            return None
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        if not bool(torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self._skip_not_finite(mb, "gradients")
+            return None
+        self.consecutive_nan_batches = 0
         self.optimizer.step()
         self.train_step += 1
         self.weights.publish(model, self.train_step)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from typing import Any
 
 import gymnasium
@@ -89,6 +90,8 @@ class RolloutWorker:
         self.episode_stats: list[dict] = []
         self.last_report = time.time()
         self.env_steps = 0
+        self.env_errors = 0  # envs that crashed and were recreated
+        self.reported_env_errors = 0
         self.stopped = False
 
     # ---------------------------------------------------------------- setup
@@ -200,7 +203,10 @@ class RolloutWorker:
                 a = base + j
                 actions.append(action_to_env(self.action_space,
                                              self.np[self.policy[a]]["actions"][self.slot[a], self.t[a]]))
-            obs, rewards, terminated, truncated, infos = env.step(actions)
+            try:
+                obs, rewards, terminated, truncated, infos = env.step(actions)
+            except Exception:  # noqa: BLE001 - an env crash costs its episode, not the run
+                obs, rewards, terminated, truncated, infos = self._replace_crashed_env(e, traceback.format_exc())
             for j in range(nap):
                 self._record_step(base + j, obs[j], rewards[j], terminated[j], truncated[j], infos[j])
         self.env_steps += self.agents_per_split
@@ -208,6 +214,39 @@ class RolloutWorker:
             return
         self._send_requests(split)
         self._maybe_report()
+
+    def _make_env(self, e: int):
+        env_id = self.worker_idx * self.num_envs + e
+        return self.make_env_fn(self.cfg, {"worker_index": self.worker_idx, "vector_index": e, "env_id": env_id})
+
+    def _replace_crashed_env(self, e: int, error: str, attempts: int = 3) -> tuple:
+        """Env ``e`` raised in ``step``: close it, make a new one, reset it. Its agents' episodes are
+        dropped: this step is recorded as inactive (not trained on) and terminal (nothing is
+        bootstrapped across the crash), with no episode statistics. Counted as ``env_errors``."""
+        self.env_errors += 1
+        log.error("rollout worker %d: env %d crashed (%d env errors so far); recreating it, its episode is "
+                  "dropped:\n%s", self.worker_idx, e, self.env_errors, error)
+        try:
+            self.envs[e].close()
+        except Exception:  # noqa: BLE001 - a crashed env may not close cleanly; the new one matters
+            log.warning("rollout worker %d: closing crashed env %d failed too", self.worker_idx, e)
+        last: Exception | None = None
+        for attempt in range(attempts):
+            try:
+                env = self._make_env(e)
+                obs, _ = env.reset()
+                break
+            except Exception as exc:  # noqa: BLE001
+                last = exc
+                log.warning("rollout worker %d: recreating env %d failed (attempt %d/%d): %r", self.worker_idx, e,
+                            attempt + 1, attempts, exc)
+                time.sleep(1.0)
+        else:
+            raise RuntimeError(f"env {e} of rollout worker {self.worker_idx} crashed and could not be recreated "
+                               f"in {attempts} attempts: {last!r}")
+        self.envs[e] = env
+        n = self.num_agents_per_env
+        return obs, [0.0] * n, [True] * n, [False] * n, [{"is_active": False} for _ in range(n)]
 
     def _record_step(self, a: int, obs, reward, terminated: bool, truncated: bool, info: dict) -> None:
         p, slot, t = self.policy[a], self.slot[a], self.t[a]
@@ -318,7 +357,9 @@ class RolloutWorker:
         if not force and now - self.last_report < 1.0:
             return
         self.report_queue.put(("rollout", self.worker_idx, {"env_steps": self.env_steps,
-                                                            "episodes": self.episode_stats}))
+                                                            "episodes": self.episode_stats,
+                                                            "env_errors": self.env_errors - self.reported_env_errors}))
+        self.reported_env_errors = self.env_errors
         self.episode_stats = []
         self.env_steps = 0
         self.last_report = now

@@ -23,6 +23,9 @@ def format_duration(seconds: float) -> str:
     return (f"{days}d " if days else "") + f"{h:02d}:{m:02d}:{s:02d}"
 
 
+CUMULATIVE_TRAIN_STATS = ("nan_batches",)
+
+
 class ThroughputMeter:
     """Frames per second over sliding windows (e.g. 10 / 60 / 300 s) from a cumulative counter."""
 
@@ -101,7 +104,8 @@ class PolicyStats:
         for k, vs in self.train_acc.items():
             if vs and k not in ("env_steps", "train_step"):
                 name = {"policy_lag_avg": "policy_lag", "lr": "learning_rate"}.get(k, k)
-                out[name] = sum(vs) / len(vs)
+                # running totals are shown as they stand, everything else averaged over the interval
+                out[name] = vs[-1] if k in CUMULATIVE_TRAIN_STATS else sum(vs) / len(vs)
         self.train_acc.clear()
         for k, vs in self.new_episodes.items():
             if vs:

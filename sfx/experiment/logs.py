@@ -41,6 +41,22 @@ class AppendFileHandler(logging.StreamHandler):
         self.path = path
         super().__init__(open(path, "a", buffering=1, encoding="utf-8"))
 
+    def handleError(self, record: logging.LogRecord) -> None:
+        """A write that fails (disk full, quota) is reported once on stderr, not as a traceback per
+        record; the console keeps every line, and the file gets them again once writes succeed."""
+        self._write_failed = True
+        if not getattr(self, "_failing", False):
+            self._failing = True
+            error = sys.exc_info()[1]
+            sys.stderr.write(f"sfx: warning: cannot write the log file {self.path} ({error}); "
+                             f"log lines go to the console only until it works again\n")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._write_failed = False
+        super().emit(record)
+        if not self._write_failed:
+            self._failing = False  # a line got through: the disk has room again
+
     def close(self) -> None:
         try:
             self.acquire()

@@ -1,0 +1,75 @@
+"""Disk full while saving (a real 6 MB tmpfs as the train_dir): the previous checkpoint stays intact,
+the run says so and goes on, and the same command resumes once there is room again."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sfx.experiment import list_checkpoints, load_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount_point = tmp_path / "small_disk"
+    mount_point.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    filler = directory / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def train_cmd(train_dir, seconds):
+    return [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", f"--train_dir={train_dir}", "--experiment=d",
+            "--serial_mode=True", "--num_workers=1", "--num_envs_per_worker=4", "--use_rnn=False", "--hidden_size=64",
+            "--save_every_sec=1", f"--train_for_seconds={seconds}", "--train_for_env_steps=10000000",
+            "--experiment_summaries_interval=1000"]
+
+
+@pytest.mark.fault("disk full while saving checkpoints (6 MB tmpfs)")
+def test_disk_full_keeps_the_previous_checkpoint_and_the_run_resumes(small_disk):
+    ckpt_dir = small_disk / "d" / "checkpoint_p0"
+    proc = subprocess.Popen(train_cmd(small_disk, 20), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 60
+    while not list_checkpoints(ckpt_dir) and time.time() < deadline:
+        time.sleep(0.2)
+    assert list_checkpoints(ckpt_dir), "no checkpoint before the disk was filled"
+    time.sleep(1.5)
+    filler = fill(small_disk)
+    before = list_checkpoints(ckpt_dir)
+    _, err = proc.communicate(timeout=120)
+    assert "could not be saved" in err and "The previous checkpoint is intact" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert proc.returncode == 0, err[-3000:]
+    after = list_checkpoints(ckpt_dir)
+    assert after and after[0] in before  # nothing newer got written, the newest complete one survived
+    state = load_checkpoint(after[0])
+    assert state["train_step"] > 0
+    assert not [p for p in ckpt_dir.iterdir() if p.name.startswith(".")]  # no temp file left behind
+
+    # room again: the same command resumes from that checkpoint
+    os.unlink(filler)
+    again = subprocess.run(train_cmd(small_disk, 4), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed at train step {state['train_step']}" in again.stderr
