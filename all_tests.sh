@@ -25,7 +25,7 @@ suite() {
     local name="$1" marker="$2" t0=$SECONDS rc=0
     shift 2
     echo "== $name suite (-m '$marker') =="
-    "$PY" -m pytest -p no:cacheprovider -m "$marker" "$@" 2>&1 | tee "$logs/$name.log" || rc=${PIPESTATUS[0]}
+    "$PY" -m pytest -p no:cacheprovider --durations=15 -m "$marker" "$@" 2>&1 | tee "$logs/$name.log" || rc=${PIPESTATUS[0]}
     printf -v "rc_$name" '%d' "$rc"
     printf -v "t_$name" '%d' "$((SECONDS - t0))"
 }

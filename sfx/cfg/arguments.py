@@ -82,8 +82,14 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="trajectory buffer slots allocated per slot strictly needed (room for the learner to lag)")
     add_bool_arg(g, "set_workers_cpu_affinity", True, "pin each rollout worker to one CPU core")
     g.add_argument("--learner_main_loop_num_cores", type=int, default=0,
-                   help="torch threads of each learner process; 0 = auto: all cores for an image model "
-                        "on the CPU (its convolutions are the bottleneck there), else 1")
+                   help="torch threads of each learner process; 0 = auto: for an image model on the CPU the "
+                        "cores --num_workers leaves free (at least 1), else 1")
+    g.add_argument("--heartbeat_timeout_sec", type=float, default=120.0,
+                   help="a rollout or policy worker silent this long (hung env, deadlock) gets its stacks dumped into "
+                        "sf_log.txt and is restarted")
+    g.add_argument("--max_component_restarts", type=int, default=10,
+                   help="restarts allowed per rollout / policy worker (after a crash, a kill or a hang) before the "
+                        "run stops; 0 = stop at the first failure")
     g.add_argument("--max_policy_lag", type=int, default=100,
                    help="samples collected more than this many policy versions ago are dropped")
 

@@ -45,6 +45,10 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         value = getattr(cfg, name)
         if not 0.0 <= value < 1.0:
             raise ConfigError(f"--{name}={value} must be in [0, 1)")
+    if getattr(cfg, "max_component_restarts", 0) < 0:
+        raise ConfigError(f"--max_component_restarts={cfg.max_component_restarts} must be >= 0")
+    if getattr(cfg, "heartbeat_timeout_sec", 1.0) <= 0:
+        raise ConfigError(f"--heartbeat_timeout_sec={cfg.heartbeat_timeout_sec} must be > 0")
     if getattr(cfg, "learner_main_loop_num_cores", 0) < 0:
         raise ConfigError(f"--learner_main_loop_num_cores={cfg.learner_main_loop_num_cores} must be >= 0 (0 = auto)")
     for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff"):

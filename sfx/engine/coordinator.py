@@ -11,9 +11,11 @@ whom, which shared buffers each one touches). Two runtimes consume it:
 from __future__ import annotations
 
 import copy
+import faulthandler
 import logging
 import os
 import random
+import threading
 import signal
 import time
 import traceback
@@ -26,7 +28,7 @@ from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, 
                                 allocate_trajectory_buffers, num_trajectory_slots)
 from sfx.engine.learner import Learner, trajectories_per_iteration
 from sfx.engine.policy_worker import PolicyWorker, RandomPolicyWorker
-from sfx.engine.queues import LocalQueue, drain, make_process_queue
+from sfx.engine.queues import LocalQueue, SwitchableQueue, drain, make_process_queue
 from sfx.engine.rollout_worker import RolloutWorker
 from sfx.models.obs import max_obs_ndim, obs_spec
 from sfx.pbt.cluster import ClusterPopulationMember
@@ -75,14 +77,17 @@ def resolve_device(cfg: Any) -> torch.device:
 
 def learner_threads(cfg: Any, obs_ndim: int) -> int:
     """Torch threads for a learner (``--learner_main_loop_num_cores``, 0 = auto). On the CPU a
-    convolutional learner is the bottleneck and the other processes mostly wait on it, so it gets
-    every core; a small MLP loses more to thread synchronisation than it gains (measured on
-    CartPole: -25% samples/s with 2 threads), as does a learner whose maths runs on a GPU."""
+    convolutional learner gets the cores the rollout workers (one pinned per core) leave free, at
+    least one: an OpenMP thread that shares its core with workers and game engines is often
+    descheduled, and its peers spin at every barrier (doom, 2 cores, 2 workers: 1 thread trained
+    1.13x faster than 2 at load ~4, and ~900 FPS against 0 at load ~12). A small MLP loses more to
+    thread synchronisation than it gains (CartPole: -25% samples/s with 2 threads), as does a
+    learner whose maths runs on a GPU."""
     if cfg.learner_main_loop_num_cores > 0:
         return cfg.learner_main_loop_num_cores
     if resolve_device(cfg).type == "cuda" or obs_ndim < 2:
         return 1
-    return len(os.sched_getaffinity(0))
+    return max(1, len(os.sched_getaffinity(0)) - cfg.num_workers)
 
 
 def probe_env(cfg: Any) -> EnvInfo:
@@ -144,6 +149,7 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
     weights = [WeightsBuffer.for_model(model) for _ in range(cfg.num_policies)]
 
     new_queue = LocalQueue if serial else make_process_queue
+    spares = 0 if serial else min(cfg.max_component_restarts, MAX_SPARE_QUEUES)
     free_slots = []
     for _ in range(cfg.num_policies):
         q = new_queue()
@@ -152,15 +158,20 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
 
     w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=free_slots,
                env_family=_portable_family(cfg.env),
-               policy_queues=[new_queue() for _ in range(cfg.num_policies)],
+               # readers of these may be killed and restarted: each has spare queues (see SwitchableQueue)
+               policy_queues=[SwitchableQueue(lambda: new_queue(REQUEST_QUEUE_BYTES) if not serial else new_queue(),
+                                              spares) for _ in range(cfg.num_policies)],
                learner_queues=[new_queue() for _ in range(cfg.num_policies)],
-               rollout_inboxes=[new_queue() for _ in range(cfg.num_workers)],
+               rollout_inboxes=[SwitchableQueue(lambda: new_queue(INBOX_QUEUE_BYTES) if not serial else new_queue(),
+                                                spares) for _ in range(cfg.num_workers)],
                report_queue=new_queue())
     # learners first: they publish the weights the policy workers wait for
     w.components += [("learner", p, p) for p in range(cfg.num_policies)]
     w.components += [("policy_worker", p * cfg.policy_workers_per_policy + i, p)
                      for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
     w.components += [("rollout_worker", i, -1) for i in range(cfg.num_workers)]
+    w.heartbeats = torch.zeros(len(w.components), dtype=torch.float64).share_memory_()
+    w.slot_owners = [torch.full((num_slots,), -1, dtype=torch.int32).share_memory_() for _ in range(cfg.num_policies)]
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w
 
@@ -182,8 +193,9 @@ def _portable_family(env_name: str) -> Any:
     return family
 
 
-def build_component(w: Wiring, role: str, index: int, policy: int, device: torch.device):
-    """Construct one component from the wiring (in whichever process will run it)."""
+def build_component(w: Wiring, role: str, index: int, policy: int, device: torch.device, incarnation: int = 0):
+    """Construct one component from the wiring (in whichever process will run it); ``incarnation``
+    counts the restarts of that component."""
     from sfx.envs import make_env
     from sfx.models import create_actor_critic
 
@@ -224,24 +236,41 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # a killed coordinator stays a zombie until its own parent reaps it, and a zombie still answers
+    # kill(pid, 0): ask /proc for the state too
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True  # no /proc here: trust kill(pid, 0)
 
 
-def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: torch.Tensor, parent_pid: int) -> None:
+def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: torch.Tensor, parent_pid: int,
+                    incarnation: int = 0) -> None:
     """Entry point of a spawned component process."""
     # Ctrl+C and SIGTERM go to the coordinator, which stops everyone in order (final checkpoint)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     name = f"{role}_{index}"
     cfg = w.cfg
-    from sfx.experiment import setup_logging
+    from sfx.experiment import log_path, setup_logging
     setup_logging(cfg, name)
+    # SIGUSR1 (sent by the coordinator to a component that stopped beating) writes every thread's
+    # stack to the experiment's log: the "what was it doing" of a hang
+    stack_file = open(log_path(cfg), "a")  # noqa: SIM115 - must stay open for the process's life
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    beat_idx = w.components.index((role, index, policy))
+
+    def beat() -> None:
+        w.heartbeats[beat_idx] = time.time()
     torch.set_num_threads(learner_threads(cfg, max_obs_ndim(w.env_info.observation_space)) if role == "learner" else 1)
     if role == "rollout_worker" and cfg.set_workers_cpu_affinity and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[index % len(cores)]})
 
     def stopping() -> bool:
+        beat()  # called by every wait loop below, including a rollout worker blocked on free slots
         return bool(stop_flag[0]) or not _alive(parent_pid)
 
     component = None
@@ -250,7 +279,8 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
             from sfx.envs.registry import ensure_registered
             ensure_registered(w.env_family)
         device = resolve_device(cfg) if role != "rollout_worker" else torch.device("cpu")
-        component = build_component(w, role, index, policy, device)
+        beat()
+        component = build_component(w, role, index, policy, device, incarnation)
         inbox = component_inbox(w, role, index, policy)
         if role == "rollout_worker":
             component.should_stop = stopping
@@ -284,6 +314,39 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
         w.report_queue.put(("stopped", name, {}))
 
 
+class LockedQueueError(RuntimeError):
+    """A shared queue stays locked: a process died or froze inside one of its operations."""
+
+
+def _exit_hung_shutdown() -> None:
+    log.error("the shutdown hangs (probably on a queue a killed process left locked): exiting now; the last "
+              "checkpoint is kept and the same command resumes")
+    logging.shutdown()
+    os._exit(1)
+
+
+def _put_or_raise(q: Any, items: list, what: str, timeout_sec: float = 5.0) -> None:
+    """``q.put_many(items)`` from a helper thread: the coordinator must never hang on a queue that a
+    killed process left locked (the thread is abandoned and the run stops instead)."""
+    import threading
+
+    done = threading.Event()
+
+    def put() -> None:
+        q.put_many(items)
+        done.set()
+
+    threading.Thread(target=put, daemon=True, name=f"put {what}").start()
+    if not done.wait(timeout_sec):
+        raise LockedQueueError(f"the queue of {what} stayed locked for {timeout_sec:.0f} s")
+
+
+STARTUP_GRACE_SEC = 60.0  # a component's first heartbeat may take this long (imports, env creation)
+MAX_SPARE_QUEUES = 8  # fresh request/answer queues for restarts; later restarts reuse the first ones
+INBOX_QUEUE_BYTES = 128 * 1024  # a rollout worker's answers are a few dozen bytes each
+REQUEST_QUEUE_BYTES = 1024 * 1024  # requests: one small index array per worker and split
+
+
 class ProcessRuntime:
     """Each component in its own spawned process."""
 
@@ -298,20 +361,86 @@ class ProcessRuntime:
         # in /dev/shm that stays there until the garbage collector finalizes it
         self.stop_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
         self.procs: dict[str, Any] = {}
+        self.roles: dict[str, tuple[str, int, int]] = {}
+        self.launched: dict[str, float] = {}
+        self.restarts: dict[str, int] = {}
 
     def start(self) -> None:
-        for role, index, policy in self.w.components:
-            name = f"{role}_{index}"
-            p = self.ctx.Process(target=_component_main, name=name,
-                                 args=(self.w, role, index, policy, self.stop_flag, os.getpid()))
-            p.start()
-            self.procs[name] = p
+        for i, (role, index, policy) in enumerate(self.w.components):
+            self.w.heartbeats[i] = 0.0  # no beat yet: the startup grace period applies
+            self._launch(role, index, policy)
+
+    def _launch(self, role: str, index: int, policy: int) -> None:
+        name = f"{role}_{index}"
+        incarnation = self.restarts.get(name, 0)
+        p = self.ctx.Process(target=_component_main, name=name,
+                             args=(self.w, role, index, policy, self.stop_flag, os.getpid(), incarnation))
+        self.launched[name] = time.time()
+        p.start()
+        self.procs[name] = p
+        self.roles[name] = (role, index, policy)
 
     def step(self) -> list:
         return drain(self.w.report_queue, timeout=0.1)
 
     def dead_components(self) -> list[str]:
         return [n for n, p in self.procs.items() if not p.is_alive()]
+
+    def stalled_components(self, timeout_sec: float, now: float | None = None) -> list[str]:
+        """Rollout and policy workers without a heartbeat for ``timeout_sec`` (learners are left
+        out: one training iteration of a big model can legitimately take long)."""
+        now = time.time() if now is None else now
+        out = []
+        for i, (role, index, _) in enumerate(self.w.components):
+            name = f"{role}_{index}"
+            if role == "learner" or not self.procs[name].is_alive():
+                continue
+            last = float(self.w.heartbeats[i])
+            launched = self.launched[name]
+            # until its first beat a component is importing and making envs, which on a loaded machine
+            # (or for envs that compile levels) takes much longer than a step: a longer grace period
+            limit = timeout_sec if last > launched else max(STARTUP_GRACE_SEC, 3 * timeout_sec)
+            if now - max(last, launched) > limit:
+                out.append(name)
+        return out
+
+    def dump_stack(self, name: str) -> None:
+        """Ask a live component to write its threads' stacks into the log (faulthandler on SIGUSR1)."""
+        p = self.procs[name]
+        try:
+            os.kill(p.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+
+    def restart(self, name: str) -> int:
+        """Kill ``name`` if it still runs, give back the trajectory slots it held, start it again.
+        Returns its restart count. Request and answer queues switch to fresh spares, a restarted rollout
+        worker starts a new request generation and the others resend what they wait for (answers to
+        older requests are ignored); LockedQueueError if even a fresh queue cannot be written."""
+        role, index, policy = self.roles[name]
+        old = self.procs[name]
+        if old.is_alive():
+            old.kill()
+        old.join(timeout=10)
+        if role == "rollout_worker":
+            for p, owners in enumerate(self.w.slot_owners):
+                held = (owners == index).nonzero().flatten()
+                if len(held):
+                    owners[held] = -1
+                    _put_or_raise(self.w.free_slots[p], [int(x) for x in held], f"free slots of policy {p}")
+        # The dead process may have left any queue it read or wrote unusable (a lock or a condition
+        # variable held forever): every request and answer queue moves to a fresh spare, and every
+        # rollout worker asks again for what it was waiting for (old answers are ignored by generation).
+        for q in (*self.w.rollout_inboxes, *self.w.policy_queues):
+            q.switch()
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self.w.heartbeats[self.w.components.index((role, index, policy))] = 0.0
+        self._launch(role, index, policy)
+        for i, inbox in enumerate(self.w.rollout_inboxes):
+            if not (role == "rollout_worker" and i == index):
+                _put_or_raise(inbox, [("resend", None)], f"rollout worker {i}'s inbox")
+        return self.restarts[name]
 
     def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
         """Ask everyone to stop, wait for learners' final checkpoints, then make sure all exited."""
@@ -434,7 +563,7 @@ def run_training(cfg: Any) -> dict:
     fps_meter = ThroughputMeter()
     samples_meter = ThroughputMeter()
     learners_ready: set[int] = set()
-    counters = {"env_errors": 0, "checkpoint_failures": 0}  # run-wide event counts (TensorBoard)
+    counters = {"env_errors": 0, "checkpoint_failures": 0, "component_restarts": 0}  # run-wide counts (TensorBoard)
     errors: list[str] = []
     stopped: set[str] = set()
 
@@ -465,15 +594,73 @@ def run_training(cfg: Any) -> dict:
             elif kind == "stopped":
                 stopped.add(who)
 
+    last_restart: dict[str, float] = {}
+
+    def restart_or_fail(name: str, why: str) -> str | None:
+        now = time.time()
+        # A process killed or frozen in the middle of a queue operation can leave that queue's lock
+        # taken for good, and then whoever uses the queue next hangs too: the restart cannot help,
+        # only a fresh start of the run (from the last checkpoint) can.
+        window = 3 * cfg.heartbeat_timeout_sec
+        recent = [n for n, t in last_restart.items() if now - t < window]
+        if recent:
+            return (f"stopping: {name} {why} within {window:.0f} s of the restart of {', '.join(recent)}: a queue "
+                    f"the failed process was using is probably left locked. The last checkpoint is kept and the "
+                    f"same command resumes")
+        done_before = runtime.restarts.get(name, 0)
+        if done_before >= cfg.max_component_restarts:
+            return (f"stopping: {name} {why}, and it was restarted {done_before} times already "
+                    f"(--max_component_restarts={cfg.max_component_restarts}); the same command resumes")
+        try:
+            n = runtime.restart(name)
+        except LockedQueueError as e:
+            return (f"stopping: {name} {why} and could not be restarted: {e}: a queue the failed process was "
+                    f"using is probably left locked. The last checkpoint is kept and the same command resumes")
+        last_restart[name] = time.time()
+        counters["component_restarts"] += 1
+        report_status("running", time.time())
+        log.warning("%s %s: restarted it (restart #%d; its trajectory slots were given back, its envs' "
+                    "current episodes are lost)", name, why, n)
+        return None
+
+    def supervise(now: float) -> str | None:
+        """Learners that fail end the run (their last checkpoint stays); rollout and policy workers
+        that die or stop sending heartbeats are restarted. Returns why the run must stop, or None."""
+        learner_errors = [n for n in errors if n.startswith("learner")]
+        if learner_errors:
+            return (f"stopping: {', '.join(learner_errors)} crashed (see the log above); its last checkpoint is "
+                    f"kept and the same command resumes")
+        errors.clear()  # a worker that reported an error exits next and is restarted below
+        if not isinstance(runtime, ProcessRuntime):
+            return None
+        for name in runtime.stalled_components(cfg.heartbeat_timeout_sec, now):
+            log.error("%s sent no heartbeat for more than %.0f s (--heartbeat_timeout_sec): a dump of its stacks "
+                      "follows in sf_log.txt", name, cfg.heartbeat_timeout_sec)
+            runtime.dump_stack(name)
+            failure = restart_or_fail(name, f"hung for more than {cfg.heartbeat_timeout_sec:.0f} s")
+            if failure:
+                return failure
+        for name in runtime.dead_components():
+            code = runtime.procs[name].exitcode
+            if name.startswith("learner"):
+                return (f"stopping: {name} died (exit code {code}); its last checkpoint is kept and the same "
+                        f"command resumes")
+            failure = restart_or_fail(name, f"died (exit code {code})")
+            if failure:
+                return failure
+        return None
+
     def total_env_steps() -> int:
         return sum(s.env_steps for s in pstats)
 
     def report_status(state: str, now: float) -> None:
         rewards = [s.mean("reward") for s in pstats]
         try:
+            procs = getattr(runtime, "procs", {})
             write_status(cfg, status=state, env_steps=total_env_steps(), train_for_env_steps=cfg.train_for_env_steps,
                          reward=[None if r != r else r for r in rewards], fps=fps_meter.rate(60, now),
-                         elapsed_sec=now - start)
+                         elapsed_sec=now - start, restarts=counters["component_restarts"],
+                         components={n: p.pid for n, p in procs.items()})
         except OSError as e:  # a full disk must not stop training; the checkpoints say the same louder
             log.warning("could not write %s: %s", "status.json", e.strerror or e)
 
@@ -497,6 +684,7 @@ def run_training(cfg: Any) -> dict:
             scalars["fps"] = fps_meter.rate(60)
             scalars["env_errors"] = float(counters["env_errors"])
             scalars["checkpoint_failures"] = float(counters["checkpoint_failures"])
+            scalars["component_restarts"] = float(counters["component_restarts"])
             scalars["samples_per_sec"] = samples_meter.rate(60)
             write_summaries(wr, scalars, s.env_steps)
             wr.flush()
@@ -519,13 +707,9 @@ def run_training(cfg: Any) -> dict:
                         population.start([s.env_steps for s in pstats])
                         population_started = True
                     population.update(pstats, [s.env_steps for s in pstats])
-                if errors:
-                    log.error("stopping: %s crashed (see the log above)", ", ".join(errors))
-                    status = "failed"
-                    break
-                dead = sorted(set(runtime.dead_components()) | stopped)
-                if dead:
-                    log.error("stopping: %s exited before being asked to", ", ".join(dead))
+                failure = supervise(now)
+                if failure:
+                    log.error(failure)
                     status = "failed"
                     break
                 if stop_request.requested:
@@ -552,7 +736,13 @@ def run_training(cfg: Any) -> dict:
             status = "failed"
             raise
         finally:
-            runtime.stop(handle, timeout_sec=5.0 if stop_request.forced else 30.0)
+            stop_timeout = 5.0 if stop_request.forced else 30.0
+            # the last resort: a queue left locked by a killed process could hang the shutdown itself
+            watchdog = threading.Timer(stop_timeout + 60.0, _exit_hung_shutdown)
+            watchdog.daemon = True
+            watchdog.start()
+            runtime.stop(handle, timeout_sec=stop_timeout)
+            watchdog.cancel()
             flush_summaries()
             for wr in writers:
                 wr.close()

@@ -82,3 +82,48 @@ def drain(q, timeout: float = 0.0, max_messages: int = 1_000_000_000) -> list:
         return q.get_many(block=False, max_messages_to_get=max_messages)
     except Empty:
         return []
+
+
+class SwitchableQueue:
+    """A queue with spares, for a queue whose reader may be killed and restarted.
+
+    A process killed (or frozen) while it waits inside a shared queue can leave that queue's lock or
+    condition variable unusable, and the next writer hangs. When the coordinator restarts the reader
+    it switches to a fresh spare; writers and the reader always use the current one (an index in
+    shared memory), so nobody needs to be told. Messages still in the old queue are lost: the
+    protocols above tolerate that (requests are resent, answers carry a generation).
+    """
+
+    def __init__(self, make_queue, spares: int = 0) -> None:
+        import multiprocessing
+
+        self.queues = [make_queue() for _ in range(spares + 1)]
+        # a plain shared int: RawValue travels to spawned processes with the queue objects
+        self._current = multiprocessing.RawValue("i", 0) if spares else None
+
+    @property
+    def current(self) -> Any:
+        return self.queues[self._current.value if self._current is not None else 0]
+
+    def switch(self) -> None:
+        """Make the next spare current (after the reader died); wraps around after the last one."""
+        if self._current is not None:
+            self._current.value = (self._current.value + 1) % len(self.queues)
+
+    def put(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        self.current.put(msg, *args, **kwargs)
+
+    def put_many(self, msgs: list, *args: Any, **kwargs: Any) -> None:
+        self.current.put_many(msgs, *args, **kwargs)
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self.current.get(*args, **kwargs)
+
+    def get_many(self, *args: Any, **kwargs: Any) -> list:
+        return self.current.get_many(*args, **kwargs)
+
+    def qsize(self) -> int:
+        return self.current.qsize()
+
+    def empty(self) -> bool:
+        return self.current.empty()

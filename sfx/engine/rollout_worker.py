@@ -35,8 +35,9 @@ REQUEST_COLUMNS = 5
 class RolloutWorker:
     """Steps envs and fills trajectory slots; see the module docstring for the protocol.
 
-    Messages in: ``('act', [(split, num_rows), ...])`` from policy workers, ``('shaping', (policy,
-    weights))`` from the coordinator (population-based training).
+    Messages in: ``('act', [(split, num_rows), ...])`` from policy workers (``split`` as sent in the
+    request: ``generation * worker_num_splits + split``), ``('shaping', (policy, weights))`` (PBT) and
+    ``('resend', None)`` (a policy worker was replaced) from the coordinator.
     Messages out: ``('req', worker, split, rows)`` to a policy's request queue,
     ``('traj', slots)`` to a policy's learner queue, ``('episodes', [...])`` to the report queue.
     """
@@ -44,8 +45,13 @@ class RolloutWorker:
     def __init__(self, cfg: Any, worker_idx: int, num_agents_per_env: int,
                  traj_buffers: list[TrajectoryBuffers], agent_buffers: AgentBuffers,
                  free_slot_queues: list, policy_queues: list, learner_queues: list,
-                 report_queue: Any, make_env_fn) -> None:
+                 report_queue: Any, make_env_fn, slot_owners: list | None = None, incarnation: int = 0) -> None:
         self.cfg = cfg
+        # per policy, which worker holds each slot (shared): a restarted worker's slots go back
+        self.slot_owners = [o.numpy() for o in slot_owners] if slot_owners is not None else None
+        # requests carry a generation in their split id; answers to another generation's requests (sent
+        # before this process replaced a dead one, or before a resend) are ignored
+        self.gen = incarnation * 1_000_000
         self.worker_idx = worker_idx
         self.num_agents_per_env = num_agents_per_env
         self.traj = traj_buffers
@@ -87,6 +93,7 @@ class RolloutWorker:
         self.envs: list = []
         self.awaiting = np.zeros(self.num_splits, dtype=np.int64)  # rows still without actions
         self.pending_sends: list[list[tuple[int, int]]] = [[] for _ in range(self.num_splits)]
+        self.last_requests: list[dict[int, np.ndarray]] = [{} for _ in range(self.num_splits)]
         self.episode_stats: list[dict] = []
         self.last_report = time.time()
         self.env_steps = 0
@@ -157,14 +164,23 @@ class RolloutWorker:
     def _acquire_slot(self, policy: int) -> int | None:
         """A free slot of ``policy``; blocks while the learner is behind (throttling)."""
         q = self.free_slot_queues[policy]
+        next_check = time.monotonic() + 0.5
         while not self.stopped:
             try:
-                return int(q.get(block=True, timeout=0.5))
+                # polled, not a blocking get: a worker killed or frozen while waiting inside a shared
+                # queue's condition variable can leave that queue unusable for everyone else
+                slot = int(q.get(block=False))
+                if self.slot_owners is not None:
+                    self.slot_owners[policy][slot] = self.worker_idx
+                return slot
             except Empty:
                 if self.cfg.serial_mode:
                     raise RuntimeError("serial mode ran out of trajectory slots; this is a bug")
-                if self.should_stop():
-                    self.stopped = True
+                time.sleep(0.001)
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 0.5
+                    if self.should_stop():
+                        self.stopped = True
         return None
 
     def should_stop(self) -> bool:
@@ -178,9 +194,15 @@ class RolloutWorker:
             if kind == "shaping":
                 self.set_policy_shaping(*answered)
                 continue
+            if kind == "resend":
+                self.resend_requests()
+                continue
             if kind != "act":
                 raise ValueError(f"rollout worker got unknown message {kind!r}")
-            for split, n in answered:
+            for tagged, n in answered:
+                gen, split = divmod(tagged, self.num_splits)
+                if gen != self.gen:
+                    continue  # an answer to requests made before a restart or a resend
                 self.awaiting[split] -= n
                 if self.awaiting[split] == 0:
                     self._advance_split(split)
@@ -336,8 +358,22 @@ class RolloutWorker:
             rows_by_policy.setdefault(int(self.policy[a]), []).append(row)
             self.trunc_slot[a] = self.trunc_t[a] = -1
         self.awaiting[split] = len(agents)
-        for p, rows in rows_by_policy.items():
-            self.policy_queues[p].put(("req", self.worker_idx, split, np.asarray(rows, dtype=np.int64)))
+        self.last_requests[split] = {p: np.asarray(rows, dtype=np.int64) for p, rows in rows_by_policy.items()}
+        self._put_requests(split)
+
+    def _put_requests(self, split: int) -> None:
+        tagged = self.gen * self.num_splits + split
+        for p, rows in self.last_requests[split].items():
+            self.policy_queues[p].put(("req", self.worker_idx, tagged, rows))
+
+    def resend_requests(self) -> None:
+        """A policy worker was replaced: requests it had taken are lost. Ask again for every split
+        still waiting, under a new generation (late answers to the old requests are ignored)."""
+        self.gen += 1
+        for split in range(self.num_splits):
+            if self.awaiting[split] > 0:
+                self.awaiting[split] = sum(len(r) for r in self.last_requests[split].values())
+                self._put_requests(split)
 
     def _flush_sends(self, split: int) -> None:
         sends = self.pending_sends[split]
@@ -347,6 +383,8 @@ class RolloutWorker:
         for p, slot in sends:
             by_policy.setdefault(p, []).append(slot)
         for p, slots in by_policy.items():
+            if self.slot_owners is not None:
+                self.slot_owners[p][slots] = -1
             self.learner_queues[p].put(("traj", slots))
         sends.clear()
 

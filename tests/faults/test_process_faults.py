@@ -1,0 +1,252 @@
+"""Processes killed, frozen or stopped during real training runs (CartPole, asynchronous mode, each
+run its own ``python -m sfx.train``): workers are restarted, a dead learner stops the run cleanly,
+a killed coordinator leaves no orphans, and every time the same command resumes from the last
+checkpoint with env steps neither lost beyond it nor counted twice. Each run is shared by the rows
+that inspect it; all of them check that no process and no shared-memory segment is left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sfx.experiment import list_checkpoints, load_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+# each row is a few real trainings: more than the default per-test limit on a loaded 2-core machine
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def shm_segments():
+    """Named shared-memory objects that could be a training's: other programs on a shared machine
+    (VizDoom engines, other torch programs' ``torch_<pid>_*`` files, semaphores) are left out."""
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    return {n for n in os.listdir("/dev/shm")
+            if not n.startswith(("ViZDoom", "sem.mp-")) and not (n.startswith("torch_") and not _ours(n))}
+
+
+_OUR_PIDS: set[int] = set()
+
+
+def _ours(name: str) -> bool:
+    parts = name.split("_")
+    return len(parts) > 1 and parts[1].isdigit() and int(parts[1]) in _OUR_PIDS
+
+
+class Run:
+    """One ``sfx.train`` process and what it has shown of itself."""
+
+    def __init__(self, train_dir: Path, steps: int, *extra: str) -> None:
+        self.train_dir, self.steps, self.extra = train_dir, steps, extra
+        self.exp = train_dir / "f"
+        self.pids: set[int] = set()
+        self.proc: subprocess.Popen | None = None
+
+    def cmd(self) -> list[str]:
+        return [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", f"--train_dir={self.train_dir}",
+                "--experiment=f", "--num_workers=2", "--num_envs_per_worker=4", "--use_rnn=False", "--hidden_size=64",
+                "--batch_size=256", f"--train_for_env_steps={self.steps}", "--report_every_sec=0.5",
+                "--save_every_sec=2", "--heartbeat_timeout_sec=6", "--set_workers_cpu_affinity=False", "--seed=1",
+                *self.extra]
+
+    def start(self) -> "Run":
+        self.proc = subprocess.Popen(self.cmd(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.pids.add(self.proc.pid)
+        _OUR_PIDS.add(self.proc.pid)
+        return self
+
+    def status(self) -> dict:
+        try:
+            doc = json.loads((self.exp / "status.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        self.pids.update(doc.get("components", {}).values())
+        _OUR_PIDS.update(self.pids)
+        return doc
+
+    def wait_for(self, what: str, condition, timeout_sec: float = 90.0):
+        deadline = time.time() + timeout_sec
+        while time.time() < deadline:
+            value = condition()
+            if value:
+                return value
+            assert self.proc is None or self.proc.poll() is None or what == "exit", f"the run ended waiting for {what}"
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; log tail:\n{self.log()[-3000:]}")
+
+    def steps_at_least(self, n: int) -> int:
+        return self.wait_for(f"{n} env steps", lambda: self.status().get("env_steps", 0) >= n and
+                             self.status()["env_steps"])
+
+    def pid_of(self, name: str) -> int:
+        return self.wait_for(f"pid of {name}", lambda: self.status().get("components", {}).get(name))
+
+    def log(self) -> str:
+        path = self.exp / "sf_log.txt"
+        return path.read_text() if path.exists() else ""
+
+    def finish(self, timeout_sec: float = 180.0) -> tuple[int, str]:
+        _, err = self.proc.communicate(timeout=timeout_sec)
+        return self.proc.returncode, err
+
+    def assert_nothing_left(self) -> None:
+        deadline = time.time() + 15
+        alive = []
+        while time.time() < deadline:
+            alive = [p for p in self.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+            if not alive:
+                break
+            time.sleep(0.2)
+        assert not alive, f"processes left behind: {alive}"
+
+
+LOCKED_QUEUE = "is probably left locked"
+
+
+def worker_fault(train_dir: Path, component: str, sig: int, expected: str) -> dict:
+    """Run, inject ``sig`` into ``component``, let it finish. The component is restarted and the run
+    finishes; or (when the process died holding a queue's lock) the run stops with a checkpoint and
+    the same command resumes and finishes. Either way nothing is left behind."""
+    shm_before = shm_segments()
+    run = Run(train_dir, 30_000).start()
+    run.steps_at_least(5_000)
+    victim = run.pid_of(component)
+    os.kill(victim, sig)
+    outcome = run.wait_for("restart or stop", lambda: ("restarted" if f"{component} {expected}: restarted it"
+                                                       in run.log() else None) or
+                           ("stopped" if LOCKED_QUEUE in run.log() else None), 60)
+    restarted_pid = run.pid_of(component) if outcome == "restarted" else None
+    rc, err = run.finish()
+    run.assert_nothing_left()
+    result = {"run": run, "victim": victim, "outcome": outcome, "new_pid": restarted_pid, "rc": rc, "err": err,
+              "log": run.log()}
+    if rc != 0:
+        assert LOCKED_QUEUE in err, err[-3000:]
+        checkpoint_steps = load_checkpoint(list_checkpoints(run.exp / "checkpoint_p0")[0])["env_steps"]
+        again = Run(train_dir, 30_000).start()
+        rc, err = again.finish()
+        again.assert_nothing_left()
+        assert f"{checkpoint_steps} env steps" in err  # resumed from the last checkpoint
+        result.update(run=again, rc=rc, err=err)
+    assert shm_segments() <= shm_before
+    return result
+
+
+def check_finished(run: Run, rc: int, err: str) -> None:
+    assert rc == 0, err[-3000:]
+    assert (run.exp / "done").is_file()
+    steps = int((run.exp / "done").read_text().split("=")[1])
+    # the trajectories in flight when the target is reached still count (a few batches of 256);
+    # nothing is counted twice, which would be far above
+    assert run.steps <= steps <= run.steps + 12 * 256
+
+
+@pytest.mark.fault("kill -9 of a rollout worker")
+def test_killed_rollout_worker_is_restarted(tmp_path):
+    r = worker_fault(tmp_path, "rollout_worker_0", signal.SIGKILL, "died (exit code -9)")
+    print(f"outcome: {r['outcome']}")
+    if r["outcome"] == "restarted":
+        assert r["new_pid"] != r["victim"]
+    check_finished(r["run"], r["rc"], r["err"])
+
+
+@pytest.mark.fault("SIGSTOP of a rollout worker (hang, heartbeat timeout)")
+def test_frozen_rollout_worker_is_detected_and_restarted(tmp_path):
+    r = worker_fault(tmp_path, "rollout_worker_1", signal.SIGSTOP, "hung for more than 6 s")
+    print(f"outcome: {r['outcome']}")
+    assert "rollout_worker_1 sent no heartbeat for more than 6 s" in r["log"]
+    check_finished(r["run"], r["rc"], r["err"])
+
+
+@pytest.mark.fault("kill -9 of the policy worker")
+def test_killed_policy_worker_is_restarted_and_requests_are_resent(tmp_path):
+    r = worker_fault(tmp_path, "policy_worker_0", signal.SIGKILL, "died (exit code -9)")
+    print(f"outcome: {r['outcome']}")
+    check_finished(r["run"], r["rc"], r["err"])
+
+
+@pytest.fixture(scope="module")
+def learner_fault(tmp_path_factory):
+    """kill -9 of the learner (the run stops), then a truncated newest checkpoint; the same command resumes."""
+    train_dir = tmp_path_factory.mktemp("learner")
+    run = Run(train_dir, 30_000).start()
+    run.steps_at_least(5_000)
+    run.wait_for("two checkpoints", lambda: len(list_checkpoints(run.exp / "checkpoint_p0")) >= 2)
+    os.kill(run.pid_of("learner_0"), signal.SIGKILL)
+    rc, err = run.finish()
+    run.assert_nothing_left()
+    ckpts = list_checkpoints(run.exp / "checkpoint_p0")
+    newest, previous = ckpts[0], ckpts[1]
+    previous_steps = load_checkpoint(previous)["env_steps"]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 3])  # a kill mid-copy, a bad disk
+    again = Run(train_dir, 30_000).start()
+    rc2, err2 = again.finish()
+    again.assert_nothing_left()
+    return run, rc, err, again, rc2, err2, previous_steps
+
+
+@pytest.mark.fault("kill -9 of the learner")
+def test_killed_learner_stops_the_run_cleanly_and_it_resumes(learner_fault):
+    run, rc, err, again, rc2, err2, _ = learner_fault
+    assert rc == 1
+    assert "learner_0 died (exit code -9); its last checkpoint is kept and the same command resumes" in err
+    check_finished(again, rc2, err2)
+
+
+@pytest.mark.fault("truncated newest checkpoint")
+def test_truncated_checkpoint_falls_back_to_the_previous_one(learner_fault):
+    _, _, _, again, rc2, err2, previous_steps = learner_fault
+    assert "resumed at train step" in err2 and f"{previous_steps} env steps" in err2
+    assert "falling back" in err2.lower() or "could not be loaded" in err2.lower() or "corrupt" in err2.lower()
+    check_finished(again, rc2, err2)
+
+
+@pytest.fixture(scope="module")
+def coordinator_faults(tmp_path_factory):
+    """kill -9 of the coordinator (workers notice and exit), restart; SIGTERM (checkpoint, exit 130), restart."""
+    shm_before = shm_segments()
+    train_dir = tmp_path_factory.mktemp("coordinator")
+    run = Run(train_dir, 30_000).start()
+    run.steps_at_least(5_000)
+    run.wait_for("a checkpoint", lambda: list_checkpoints(run.exp / "checkpoint_p0"))
+    run.proc.kill()
+    run.proc.communicate()
+    t0 = time.time()
+    run.assert_nothing_left()
+    orphan_sec = time.time() - t0
+    checkpoint_steps = load_checkpoint(list_checkpoints(run.exp / "checkpoint_p0")[0])["env_steps"]
+
+    second = Run(train_dir, 30_000).start()
+    resumed_log = second.wait_for("resume", lambda: "resumed at train step" in second.log() and second.log())
+    second.steps_at_least(checkpoint_steps + 5_000)
+    second.proc.send_signal(signal.SIGTERM)
+    rc_term, err_term = second.finish()
+    second.assert_nothing_left()
+    term_steps = load_checkpoint(list_checkpoints(run.exp / "checkpoint_p0")[0])["env_steps"]
+
+    third = Run(train_dir, 30_000).start()
+    rc3, err3 = third.finish()
+    third.assert_nothing_left()
+    return orphan_sec, checkpoint_steps, resumed_log, rc_term, err_term, term_steps, third, rc3, err3, shm_before
+
+
+@pytest.mark.fault("kill -9 of the coordinator, then restart")
+def test_killed_coordinator_leaves_no_orphans_and_resumes(coordinator_faults):
+    orphan_sec, checkpoint_steps, resumed_log, *_ = coordinator_faults
+    assert orphan_sec < 15
+    assert f"{checkpoint_steps} env steps" in resumed_log.split("resumed at train step", 1)[1].splitlines()[0]
+
+
+@pytest.mark.fault("SIGTERM (final checkpoint), then restart")
+def test_sigterm_checkpoints_and_the_same_command_finishes(coordinator_faults):
+    *_, rc_term, err_term, term_steps, third, rc3, err3, shm_before = coordinator_faults
+    assert rc_term == 130 and "SIGTERM received: stopping, saving a final checkpoint" in err_term
+    assert f"resumed at train step" in err3 and f"{term_steps} env steps" in err3
+    check_finished(third, rc3, err3)
+    assert shm_segments() <= shm_before
