@@ -73,3 +73,40 @@ def test_throughput_script_trains_the_image_env_in_worker_processes(capsys):
     assert rc == 0, out
     row = next(line for line in out.splitlines() if line.startswith("bench_image_128x72"))
     assert row.split()[-1] == "done" and float(row.split()[3].replace(",", "")) > 0
+
+
+def test_throughput_reports_a_missing_sample_factory_venv_as_skipped(tmp_path):
+    from bench import throughput
+
+    args = throughput.parse_bench_args(["--tiny", f"--sf_python={tmp_path / 'nowhere' / 'bin' / 'python'}"])
+    r = throughput.measure_sf_training(args, tmp_path)
+    assert r["status"] == "skipped" and "setup_sample_factory.sh" in r["reason"]
+    table = throughput.format_table([("raw limit: 2 processes", {"status": "done", "fps": 20000.0}),
+                                     ("Sample Factory 2.1.1 training", r)])
+    assert table.splitlines()[2].split()[-2:] == ["20,000", "done"]
+    assert table.splitlines()[3].split()[4:6] == ["-", "skipped:"]
+    grid = throughput.format_scaling({"1x4": 1000.0, "2x4": 1900.0}, [1, 2], [4, 8]).splitlines()
+    assert grid[1].split() == ["1", "1,000", "-"] and grid[2].split() == ["2", "1,900", "-"]
+
+
+@pytest.mark.slow
+def test_throughput_script_tiny_mode_measures_every_row(tmp_path, capsys):
+    import json
+
+    from bench import throughput
+
+    rc = throughput.main(["--tiny", "--scaling", f"--out_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    summary = json.loads((tmp_path / "throughput.json").read_text())
+    for key in ("raw", "raw_many", "sampler", "sfx"):
+        assert summary["results"][key]["status"] == "done" and summary["results"][key]["fps"] > 0, out
+    sf = summary["results"]["sf"]
+    if throughput.SF_VENV.joinpath("bin", "python").exists():
+        assert sf["status"] == "done" and sf["fps"] > 0, out
+    else:
+        assert sf["status"] == "skipped" and "skipped" in out
+    assert "ratios: sfx dummy sampler / raw limit = " in out
+    assert set(summary["scaling"]) == {"1x2", "1x4"} and all(v > 0 for v in summary["scaling"].values())
+    assert (tmp_path / "throughput.png").stat().st_size > 1000
+    assert (tmp_path / "throughput_scaling.png").stat().st_size > 1000
