@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from sfx_runner.backends import BACKENDS, get_backend
+from sfx_runner.backends.base import parse_bool
 from sfx_runner.errors import RunnerError
 from sfx_runner.run_description import ExperimentSpec, RunDescription
 from sfx_runner.state import experiment_finished
@@ -37,18 +38,9 @@ class _Parser(argparse.ArgumentParser):
         raise RunnerError(f"{message} (--help lists the flags)")
 
 
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (True or False)")
-
-
 def _add_bool(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
     # both `--dry_run` and sfx.train's style `--dry_run=True` work
-    parser.add_argument(flag, type=_bool, nargs="?", const=True, default=False, help=help_text)
+    parser.add_argument(flag, type=parse_bool, nargs="?", const=True, default=False, help=help_text)
 
 
 def build_parser(runner: str | None = None) -> argparse.ArgumentParser:

@@ -43,3 +43,14 @@ def format_command(spec: ExperimentSpec, argv: list[str] | None = None, env: dic
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     line = shlex.join(spec.argv if argv is None else argv)
     return f"{prefix} {line}" if prefix else line
+
+
+def parse_bool(text: str) -> bool:
+    """A flag value: ``True/False``, ``1/0``, ``yes/no``, ``on/off`` (so ``--flag`` and sfx.train's
+    ``--flag=True`` style both work); argparse reports anything else with the allowed values."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (True or False)")

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sfx_runner.backends.base import Backend, format_command
+from sfx_runner.backends.base import Backend, format_command, parse_bool
 from sfx_runner.errors import RunnerError
 from sfx_runner.run_description import ExperimentSpec, RunDescription, resolve_interpreter
 from sfx_runner.state import (experiment_finished, log_path, process_runs_experiment, read_state, runner_dir,
@@ -544,16 +544,6 @@ def sacct_states(array_ids: list[str]) -> dict[str, tuple[str, str]]:
 
 # ----------------------------------------------------------------------------- the backend
 
-def _bool(text: str) -> bool:
-    # flags take both `--slurm_wait` and `--slurm_wait=True`, like the CLI's and sfx.train's
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (True or False)")
-
-
 class SlurmBackend(Backend):
     """Submits a run as one Slurm job array (through submitit); see the module docstring."""
 
@@ -585,7 +575,7 @@ class SlurmBackend(Backend):
                        help="at most this many experiments of the run at once (array %%N); 0 = no limit")
         g.add_argument("--slurm_max_timeouts", type=int, default=20,
                        help="requeue an experiment after at most this many time limits (preemptions do not count)")
-        g.add_argument("--slurm_wait", type=_bool, nargs="?", const=True, default=False,
+        g.add_argument("--slurm_wait", type=parse_bool, nargs="?", const=True, default=False,
                        help="after submitting, wait until every job ended and report each experiment's outcome "
                             "(otherwise return once submitted)")
 
