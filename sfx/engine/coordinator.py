@@ -33,6 +33,8 @@ from sfx.engine.rollout_worker import RolloutWorker
 from sfx.models.obs import max_obs_ndim, obs_spec
 from sfx.pbt.cluster import ClusterPopulationMember
 from sfx.pbt.population import PopulationManager, max_batch_size
+from sfx.engine.resources import (check_cpus, check_shared_memory, ensure_open_file_limit, process_rss_mb,
+                                  trajectory_buffer_bytes)
 from sfx.engine.stats import PolicyStats, ThroughputMeter, format_duration, status_line, write_summaries
 
 log = logging.getLogger(__name__)
@@ -142,6 +144,10 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
     num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(sized_for),
                                      cfg.traj_buffers_excess_ratio, serial)
     spec = obs_spec(obs_space)
+    if not serial:
+        check_shared_memory(trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space),
+                                                    action_params_size(action_space), num_slots, cfg.num_policies,
+                                                    num_agents_total))
     traj = [allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size,
                                         action_shape(action_space), action_params_size(action_space))
             for _ in range(cfg.num_policies)]
@@ -549,12 +555,14 @@ def run_training(cfg: Any) -> dict:
     env_info = probe_env(cfg)
     model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
     check_checkpoints_fit(cfg, model)
+    check_cpus(cfg)
+    ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
+    w = wire(cfg, env_info, model, serial=cfg.serial_mode)  # ConfigError when /dev/shm is too small
+    del model
     exp_dir.mkdir(parents=True, exist_ok=True)
     if done_path(cfg).exists():
         done_path(cfg).unlink()  # a resumed run is not done until it finishes again
     save_cfg(cfg)
-    w = wire(cfg, env_info, model, serial=cfg.serial_mode)
-    del model
     runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
 
     from torch.utils.tensorboard import SummaryWriter
@@ -686,6 +694,12 @@ def run_training(cfg: Any) -> dict:
             scalars["checkpoint_failures"] = float(counters["checkpoint_failures"])
             scalars["component_restarts"] = float(counters["component_restarts"])
             scalars["samples_per_sec"] = samples_meter.rate(60)
+            if p == 0:
+                # memory of every process, to see a leak over hours (policy 0's summaries only)
+                rss = process_rss_mb({"coordinator": os.getpid(),
+                                      **{n: pr.pid for n, pr in getattr(runtime, "procs", {}).items()}})
+                scalars.update({f"memory/{n}_rss_mb": v for n, v in rss.items()})
+                scalars["memory/total_rss_mb"] = sum(rss.values())
             write_summaries(wr, scalars, s.env_steps)
             wr.flush()
 

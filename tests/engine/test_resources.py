@@ -1,0 +1,60 @@
+"""Startup checks: shared memory needed vs /dev/shm, the open-file limit, memory per process."""
+
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sfx.cfg import ConfigError, default_cfg
+from sfx.engine.buffers import allocate_agent_buffers, allocate_trajectory_buffers, tree_map
+from sfx.engine.resources import check_shared_memory, ensure_open_file_limit, process_rss_mb, trajectory_buffer_bytes
+
+
+def test_the_estimate_matches_what_is_allocated():
+    spec = {"obs": ((3, 72, 128), np.dtype(np.uint8)), "measurements": ((7,), np.dtype(np.float32))}
+    tb = allocate_trajectory_buffers(6, 32, spec, rnn_size=512, action_dim=1, action_params_size=7)
+    ab = allocate_agent_buffers(10, spec, rnn_size=512)
+    sizes = []
+    tree_map(lambda t: sizes.append(t.numel() * t.element_size()), tb.tensors())
+    tree_map(lambda t: sizes.append(t.numel() * t.element_size()), {"o": ab.final_obs, "r": ab.final_rnn})
+    estimate = trajectory_buffer_bytes(spec, 32, 512, 1, 7, num_slots=6, num_policies=1, num_agents_total=10)
+    assert estimate == pytest.approx(sum(sizes), rel=0.01)
+
+
+def test_too_little_shared_memory_is_a_config_error_with_advice():
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    with pytest.raises(ConfigError, match=r"need [\d,]+ MiB of shared memory but /dev/shm has [\d,]+ MiB free.*"
+                                          r"--shm-size.*--num_envs_per_worker"):
+        check_shared_memory(10 ** 15)
+    check_shared_memory(1024)  # a small need passes
+
+
+def test_a_run_too_big_for_shared_memory_fails_before_saving_its_cfg(tmp_path):
+    cfg = default_cfg("gym_CartPole-v1", experiment="big", train_dir=str(tmp_path), num_workers=1,
+                      num_envs_per_worker=2, rollout=32, batch_size=32 * 4_000_000, device="cpu")
+    from sfx.engine import run_training
+
+    with pytest.raises(ConfigError, match="shared memory"):
+        run_training(cfg)
+    assert not (tmp_path / "big" / "cfg.json").exists()
+
+
+def test_open_file_limit_is_raised_in_a_child_process():
+    code = ("import resource; from sfx.engine.resources import ensure_open_file_limit; "
+            "s, h = resource.getrlimit(resource.RLIMIT_NOFILE); resource.setrlimit(resource.RLIMIT_NOFILE, (256, h)); "
+            "print(ensure_open_file_limit(100), resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    returned, now = map(int, out.stdout.split())
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    expected = 1024 + 16 * 100 if hard == resource.RLIM_INFINITY else min(1024 + 16 * 100, hard)
+    assert returned == now == expected
+
+
+def test_rss_of_live_processes_only():
+    rss = process_rss_mb({"me": os.getpid(), "gone": 2 ** 22 + 12345})
+    assert set(rss) == {"me"} and rss["me"] > 10
