@@ -250,3 +250,27 @@ def test_sigterm_checkpoints_and_the_same_command_finishes(coordinator_faults):
     assert f"resumed at train step" in err3 and f"{term_steps} env steps" in err3
     check_finished(third, rc3, err3)
     assert shm_segments() <= shm_before
+
+
+@pytest.mark.fault("an env that hangs inside step()")
+def test_hanging_env_gets_its_worker_restarted(tmp_path):
+    marker = tmp_path / "hung"
+    env = dict(os.environ, SFX_EXTRA_ENV_MODULES="hanging_env", HANG_MARKER=str(marker),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    run = Run(tmp_path, 30_000, "--env=tst_hanging")
+    run.proc = subprocess.Popen(run.cmd(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    run.pids.add(run.proc.pid)
+    _OUR_PIDS.add(run.proc.pid)
+    rc, err = run.finish()
+    run.assert_nothing_left()
+    if rc != 0:  # the hung worker held a queue: the run stopped with a checkpoint; the same command resumes
+        assert LOCKED_QUEUE in err, err[-3000:]
+        again = Run(tmp_path, 30_000, "--env=tst_hanging")
+        again.proc = subprocess.Popen(again.cmd(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env)
+        rc, err = again.finish()
+        run = again
+    assert marker.exists()  # an env did hang
+    log_text = run.log()
+    assert "sent no heartbeat for more than 6 s" in log_text and "in step" in log_text  # its stack, in the env
+    check_finished(run, rc, err)
