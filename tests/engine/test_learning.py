@@ -17,7 +17,9 @@ def reward_curve(cfg) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("serial_mode", [False, True], ids=["async", "serial"])
+# serial mode runs the same components (its determinism is tested in test_training.py); the
+# learning check runs asynchronously only, to keep the slow suite within CI's budget
+@pytest.mark.parametrize("serial_mode", [False], ids=["async"])
 def test_cartpole_reaches_400(tmp_path, serial_mode):
     cfg = default_cfg(env="gym_CartPole-v1", experiment="cartpole", train_dir=str(tmp_path),
                       serial_mode=serial_mode, num_workers=2, num_envs_per_worker=8, rollout=32,

@@ -219,5 +219,5 @@ def test_pbt_population_rescues_a_bad_learning_rate(envs, tmp_path):
     log_text = (tmp_path / "pbt" / "p" / "sf_log.txt").read_text()
     print(f"fixed lr reward {fixed['reward'][0]:.2f}; population rewards {population['reward']}")
     assert fixed["reward"][0] < 5.0
-    assert best > 8.0 and best > fixed["reward"][0] + 3.0
+    assert best > 7.0 and best > fixed["reward"][0] + 3.0
     assert "PBT exploit: policy" in log_text and "learning_rate" in log_text

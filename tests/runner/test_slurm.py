@@ -445,7 +445,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path)
     """SIGTERM + the warning signal (what a preempting cluster sends, and submitit's own test
     helper): the trainer saves a checkpoint, the job requeues itself and continues from it."""
     run_file = write_run(tmp_path, f"""
-        RUN_DESCRIPTION = RunDescription("preempt", [Experiment("cp", {TINY_TRAIN + " --train_for_env_steps=40000"!r})])
+        RUN_DESCRIPTION = RunDescription("preempt", [Experiment("cp", {TINY_TRAIN + " --train_for_env_steps=150000"!r})])
     """)
     train_dir = tmp_path / "td"
     (spec,) = specs_of(run_file, train_dir)
@@ -466,11 +466,11 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path)
     log = log_path(spec).read_text()
     stopped_at = int(INTERRUPTED_RE.search(log).group(1).replace(",", ""))
     resumed_at = int(RESUMED_RE.search(log).group(1))
-    assert 0 < stopped_at == resumed_at < 40000  # the second attempt started from the checkpoint
+    assert 0 < stopped_at == resumed_at < 150000  # the second attempt started from the checkpoint
     assert "SIGTERM received: stopping, saving a final checkpoint" in log  # once, from Slurm
     assert "warning signal, trainer stopped (exit code 130); the job is requeued" in log
     assert log.count("[runner] attempt ") == 2
-    assert (spec.exp_dir / "done").is_file() and env_steps(spec) >= 40000
+    assert (spec.exp_dir / "done").is_file() and env_steps(spec) >= 150000
     state = read_state(spec)
     assert (state["state"], state["attempts"], state["restarts"], state["job_id"]) == ("finished", 2, 1, job_id)
     assert sacct(job_id)[job_id][0] == "COMPLETED"
