@@ -467,7 +467,8 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path)
     stopped_at = int(INTERRUPTED_RE.search(log).group(1).replace(",", ""))
     resumed_at = int(RESUMED_RE.search(log).group(1))
     assert 0 < stopped_at == resumed_at < 150000  # the second attempt started from the checkpoint
-    assert "SIGTERM received: stopping, saving a final checkpoint" in log  # once, from Slurm
+    # Slurm's SIGTERM, or the job's SIGINT on the warning signal if that one reached the trainer first
+    assert re.search(r"SIG(TERM|INT) received: stopping, saving a final checkpoint", log), log[-3000:]
     assert "warning signal, trainer stopped (exit code 130); the job is requeued" in log
     assert log.count("[runner] attempt ") == 2
     assert (spec.exp_dir / "done").is_file() and env_steps(spec) >= 150000
