@@ -34,3 +34,23 @@ def time_random_steps(env: Any, seconds: float, warmup_steps: int = 0, clock_eve
             steps += n
             episodes += sum("episode" in info for info in infos)
     return {"steps": steps, "episodes": episodes, "elapsed": time.perf_counter() - start}
+
+
+def time_env(env_name: str, seconds: float, cfg_overrides: dict | None = None, **timing: Any) -> dict:
+    """Make ``env_name`` with sfx's defaults (seed 0, plus ``cfg_overrides``), reset it and time it with
+    :func:`time_random_steps` (``timing``: its keyword arguments). Returns ``{'env', 'steps_per_sec',
+    'frames_per_sec', 'steps', 'episodes', 'seconds', 'agents'}`` (frames = agent steps x frameskip)."""
+    from sfx.cfg import default_cfg
+    from sfx.envs import make_env
+
+    cfg = default_cfg(env_name, seed=0, **(cfg_overrides or {}))
+    env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
+    try:
+        env.reset()
+        timed = time_random_steps(env, seconds, **timing)
+    finally:
+        env.close()
+    steps, elapsed = timed["steps"], timed["elapsed"]
+    return {"env": env_name, "steps_per_sec": steps / elapsed, "frames_per_sec": steps * cfg.env_frameskip / elapsed,
+            "steps": steps, "episodes": timed["episodes"], "seconds": elapsed,
+            "agents": getattr(env, "num_agents", 1)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.env_timing import time_random_steps
+from bench.env_timing import time_env
 
 DEFAULT_ENV = "atari_breakout"
 
@@ -22,19 +22,9 @@ def bench_env_alone(seconds: float, env_name: str = DEFAULT_ENV) -> dict:
     Returns ``{'env', 'steps_per_sec', 'frames_per_sec', 'steps', 'games', 'seconds'}`` (``games``:
     whole games finished, a lost life is not counted).
     """
-    from sfx.cfg import default_cfg
-    from sfx.envs import make_env
-
-    cfg = default_cfg(env_name, seed=0)
-    env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
-    try:
-        env.reset()
-        timed = time_random_steps(env, seconds)
-    finally:
-        env.close()
-    steps, games, elapsed = timed["steps"], timed["episodes"], timed["elapsed"]
-    return {"env": env_name, "steps_per_sec": steps / elapsed, "frames_per_sec": steps * cfg.env_frameskip / elapsed,
-            "steps": steps, "games": games, "seconds": elapsed}
+    result = time_env(env_name, seconds)
+    result["games"] = result.pop("episodes")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.env_timing import time_random_steps
+from bench.env_timing import time_env
 
 DEFAULT_ENV = "dmlab_explore_goal_locations_small"
 STANDIN_DIR = Path(__file__).resolve().parents[1] / "tests" / "envs" / "dmlab_standin"
@@ -29,22 +29,11 @@ def bench_env_alone(seconds: float, env_name: str = DEFAULT_ENV) -> dict:
     """
     if os.environ.get("SFX_DMLAB_STANDIN") == "1" and str(STANDIN_DIR) not in sys.path:
         sys.path.insert(0, str(STANDIN_DIR))
-    from sfx.cfg import default_cfg
-    from sfx.envs import make_env
-
-    cfg = default_cfg(env_name, seed=0, num_workers=30)
-    env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
-    try:
-        env.reset()
-        timed = time_random_steps(env, seconds)
-    finally:
-        env.close()
-    steps, episodes, elapsed = timed["steps"], timed["episodes"], timed["elapsed"]
+    result = time_env(env_name, seconds, cfg_overrides={"num_workers": 30})
     import deepmind_lab
 
-    return {"env": env_name, "steps_per_sec": steps / elapsed, "frames_per_sec": steps * cfg.env_frameskip / elapsed,
-            "steps": steps, "episodes": episodes, "seconds": elapsed,
-            "standin": getattr(deepmind_lab, "_VERSION", "").endswith("standin")}
+    result["standin"] = getattr(deepmind_lab, "_VERSION", "").endswith("standin")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,34 +14,22 @@ from __future__ import annotations
 import os
 import sys
 
-from bench.env_timing import time_random_steps
+from bench.env_timing import time_env
 
 ENV_NAME = "doom_benchmark"
 
 
 def bench_env_alone(seconds: float) -> dict:
     """Agent steps per second of ``doom_benchmark`` alone with random actions for about ``seconds``."""
-    from sfx.cfg import default_cfg
-    from sfx.envs import make_env
-
     if hasattr(os, "sched_setaffinity"):
         old_affinity = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {max(old_affinity)})
     try:
-        cfg = default_cfg(ENV_NAME, seed=0)
-        env = make_env(cfg)
-        try:
-            env.reset()
-            # warm-up steps fill the engine's caches before timing
-            timed = time_random_steps(env, seconds, warmup_steps=50)
-            steps, episodes, elapsed = timed["steps"], timed["episodes"], timed["elapsed"]
-        finally:
-            env.close()
+        # warm-up steps fill the engine's caches before timing
+        return time_env(ENV_NAME, seconds, warmup_steps=50)
     finally:
         if hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, old_affinity)
-    return {"env": ENV_NAME, "steps_per_sec": steps / elapsed, "frames_per_sec": cfg.env_frameskip * steps / elapsed,
-            "episodes": episodes, "seconds": elapsed}
 
 
 if __name__ == "__main__":

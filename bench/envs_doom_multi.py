@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.env_timing import time_random_steps
+from bench.env_timing import time_env
 
 ENV_NAME = "doom_duel"
 SFX_ARGS = ("--num_envs_per_worker=2", "--worker_num_splits=2")
@@ -21,19 +21,7 @@ SFX_ARGS = ("--num_envs_per_worker=2", "--worker_num_splits=2")
 
 def bench_env_alone(seconds: float) -> dict:
     """Agent steps per second of one ``doom_duel`` match with random actions for about ``seconds``."""
-    from sfx.cfg import default_cfg
-    from sfx.envs import make_env
-
-    cfg = default_cfg(ENV_NAME, seed=0)
-    env = make_env(cfg)
-    try:
-        env.reset()
-        timed = time_random_steps(env, seconds, warmup_steps=20)
-        steps, episodes, elapsed = timed["steps"], timed["episodes"], timed["elapsed"]
-    finally:
-        env.close()
-    return {"env": ENV_NAME, "steps_per_sec": steps / elapsed, "frames_per_sec": cfg.env_frameskip * steps / elapsed,
-            "episodes": episodes, "seconds": elapsed, "agents": env.num_agents}
+    return time_env(ENV_NAME, seconds, warmup_steps=20)
 
 
 if __name__ == "__main__":
