@@ -110,3 +110,13 @@ def test_throughput_script_tiny_mode_measures_every_row(tmp_path, capsys):
     assert set(summary["scaling"]) == {"1x2", "1x4"} and all(v > 0 for v in summary["scaling"].values())
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert (tmp_path / "throughput_scaling.png").stat().st_size > 1000
+
+
+def test_learner_step_bench_times_every_variant(capsys):
+    from bench import learner_step
+
+    assert learner_step.main(["--steps=1", "--batch_size=64", "--rollout=16"]) == 0
+    out = capsys.readouterr().out
+    for label in ("float32, NCHW", "float32, channels_last", "bf16 encoder, channels_last"):
+        assert label in out
+    assert "speed-up per learner step" in out

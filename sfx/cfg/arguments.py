@@ -178,6 +178,10 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    default="orthogonal", help="weight initialization of the encoder layers")
     g.add_argument("--policy_init_gain", type=float, default=1.0, help="gain of that initialization")
     g.add_argument("--obs_scale", type=float, default=255.0, help="image observations are divided by this")
+    g.add_argument("--mixed_precision", choices=["auto", "bf16", "off"], default="auto",
+                   help="image encoders compute in bfloat16 (weights, core, heads and losses stay float32): "
+                        "bf16, off, or auto = bf16 where the CPU/GPU has native bfloat16 (AVX512-BF16, AMX, "
+                        "Ampere+), else off")
     add_bool_arg(g, "normalize_input", True, "normalize observations with running mean and std")
     add_bool_arg(g, "normalize_returns", True, "train the value head on normalized returns")
 
@@ -185,6 +189,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--train_for_env_steps", type=int_like, default=10_000_000_000,
                    help="stop after this many env steps (frames); 1e9 notation accepted")
     g.add_argument("--train_for_seconds", type=int_like, default=10_000_000_000, help="stop after this many seconds")
+    g.add_argument("--stop_at_reward", type=float, default=None,
+                   help="stop (as done) once a policy's average episode reward over its last --stats_avg "
+                        "episodes reaches this; None = never")
     g.add_argument("--save_every_sec", type=float, default=120, help="checkpoint period in seconds")
     g.add_argument("--keep_checkpoints", type=int, default=3, help="newest checkpoints kept per policy")
     g.add_argument("--save_milestones_sec", type=int, default=-1,

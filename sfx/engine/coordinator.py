@@ -35,7 +35,8 @@ from sfx.pbt.cluster import ClusterPopulationMember
 from sfx.pbt.population import PopulationManager, max_batch_size
 from sfx.engine.resources import (check_cpus, check_shared_memory, ensure_open_file_limit, process_rss_mb,
                                   trajectory_buffer_bytes)
-from sfx.engine.stats import PolicyStats, ThroughputMeter, format_duration, status_line, write_summaries
+from sfx.engine.stats import (PolicyStats, ThroughputMeter, format_duration, reward_target_reached, status_line,
+                              write_summaries)
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +253,11 @@ def _alive(pid: int) -> bool:
         return True  # no /proc here: trust kill(pid, 0)
 
 
+# a component asks whether the coordinator still lives at most this often (a read of /proc, which
+# the rollout workers' per-step stop checks made about 60 times a second each)
+PARENT_CHECK_SEC = 0.5
+
+
 def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: torch.Tensor, parent_pid: int,
                     incarnation: int = 0) -> None:
     """Entry point of a spawned component process."""
@@ -275,9 +281,16 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[index % len(cores)]})
 
+    parent_checked = [0.0, True]  # [when, alive]: /proc is read at most every PARENT_CHECK_SEC
+
     def stopping() -> bool:
         beat()  # called by every wait loop below, including a rollout worker blocked on free slots
-        return bool(stop_flag[0]) or not _alive(parent_pid)
+        if stop_flag[0]:
+            return True
+        now = time.monotonic()
+        if now - parent_checked[0] >= PARENT_CHECK_SEC:
+            parent_checked[:] = [now, _alive(parent_pid)]
+        return not parent_checked[1]
 
     component = None
     try:
@@ -734,6 +747,12 @@ def run_training(cfg: Any) -> dict:
                     status = "done"
                     break
                 if now - start >= cfg.train_for_seconds:
+                    status = "done"
+                    break
+                reached = reward_target_reached(pstats, cfg.stop_at_reward, cfg.stats_avg)
+                if reached:
+                    log.info("policy %d: average reward %.2f over its last %d episodes reached "
+                             "--stop_at_reward=%g: done", reached[0], reached[1], cfg.stats_avg, cfg.stop_at_reward)
                     status = "done"
                     break
                 if now - last_report >= cfg.report_every_sec:

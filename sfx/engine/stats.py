@@ -98,6 +98,13 @@ class PolicyStats:
         values = self.episodes.get(key)
         return sum(values) / len(values) if values else float("nan")
 
+    def full_mean(self, key: str, stats_avg: int) -> float | None:
+        """The mean of ``key`` over the last ``stats_avg`` episodes, None while fewer have ended."""
+        values = self.episodes.get(key)
+        if values is None or len(values) < stats_avg:
+            return None
+        return sum(values) / len(values)
+
     def pop_summaries(self) -> dict[str, float]:
         """Scalars accumulated since the last call, averaged, under their TensorBoard names."""
         out: dict[str, float] = {}
@@ -112,6 +119,19 @@ class PolicyStats:
                 out[k if k in ("reward", "len") else f"episode/{k}"] = sum(self.episodes[k]) / len(self.episodes[k])
         self.new_episodes.clear()
         return out
+
+
+def reward_target_reached(policy_stats: list[PolicyStats], target: float | None,
+                          stats_avg: int) -> tuple[int, float] | None:
+    """``(policy, average reward)`` of the first policy whose average episode reward over its last
+    ``stats_avg`` episodes is at least ``target`` (``--stop_at_reward``); None if none is, or no target."""
+    if target is None:
+        return None
+    for p, s in enumerate(policy_stats):
+        mean = s.full_mean("reward", stats_avg)
+        if mean is not None and mean >= target:
+            return p, mean
+    return None
 
 
 def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_sec: float,

@@ -64,6 +64,16 @@ def test_serial_run_fills_the_experiment_folder(tmp_path):
     assert list((exp / ".summary" / "0").glob("events.out.tfevents.*"))
 
 
+def test_stop_at_reward_ends_the_run_as_done(tmp_path):
+    # a random CartPole policy scores about 22 per episode: 10 is reached by the first 5 episodes
+    cfg = small_cfg(tmp_path, serial_mode=True, train_for_env_steps=10_000_000, stop_at_reward=10.0, stats_avg=5)
+    result = run_training(cfg)
+    assert result["status"] == "done"
+    assert result["env_steps"] < 100_000
+    assert (tmp_path / "t" / "done").is_file()
+    assert "reached --stop_at_reward=10: done" in (tmp_path / "t" / "sf_log.txt").read_text()
+
+
 @pytest.mark.parametrize("rnn_type,use_rnn", [("lstm", True), ("gru", True), ("gru", False)])
 def test_learner_recomputes_the_behaviour_policy(tmp_path, rnn_type, use_rnn):
     """With (almost) frozen weights the learner's recomputation of every stored step, chunked by
