@@ -41,6 +41,7 @@ def build(args: argparse.Namespace, mixed_precision: str):
 
 def to_nchw(model: torch.nn.Module) -> None:
     """The layout sfx used before: contiguous (NCHW) weights and inputs."""
+    model._chw_keys.clear()  # frames stay NCHW from uint8 on
     model.encoder.memory_format = torch.contiguous_format
     model.encoder.convs.to(memory_format=torch.contiguous_format)
 

@@ -133,7 +133,7 @@ def enjoy(cfg: Any) -> dict:
         device = torch.device("cuda" if _opt(cfg, "device", "cpu") == "gpu" and torch.cuda.is_available() else "cpu")
         model = create_actor_critic(cfg, env.observation_space, env.action_space)
         model.load_state_dict(checkpoint["model"])
-        model.to(device).eval()
+        model.to(device).for_inference()
         action_space = env.action_space
         num_agents = env.num_agents
         rnn_size = max(1, int(model.rnn_state_size))

@@ -33,7 +33,8 @@ class PolicyWorker:
         self.cfg = cfg
         self.policy_id = policy_id
         self.worker_idx = worker_idx
-        self.model = model.to(device).eval()
+        model = model.to(device)
+        self.model = model.for_inference() if hasattr(model, "for_inference") else model.eval()
         self.traj = traj_buffers
         self.agents = agent_buffers
         self.weights = weights
@@ -69,7 +70,7 @@ class PolicyWorker:
         else:
             trunc_rows = None
 
-        with torch.no_grad():
+        with torch.inference_mode():
             out = self.model.forward_step({k: v.to(dev, non_blocking=True) for k, v in obs.items()},
                                           rnn.to(dev, non_blocking=True))
             params = out["action_params"][:n]

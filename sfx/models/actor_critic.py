@@ -29,7 +29,7 @@ from sfx.algo.distributions import action_params_size
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.cfg import ConfigError
 from sfx.models.cores import make_core
-from sfx.models.encoders import DictEncoder, init_weights, make_builtin_encoder
+from sfx.models.encoders import DictEncoder, init_weights, is_channels_last, make_builtin_encoder
 from sfx.models.obs import BOX_KEY, as_obs_dict, map_obs, obs_spec
 from sfx.models.registry import resolve_encoder
 
@@ -63,11 +63,16 @@ class ActorCritic(nn.Module):
         # per key: integer images are scaled, float vectors standardized, integer vectors are
         # token ids (kept as integers), anything else passes through as float
         self.obs_kinds: dict[str, str] = {}
+        self._chw_keys: set[str] = set()
         normalizers = {}
         for key, (shape, dtype) in spec.items():
             integer = np.issubdtype(dtype, np.integer)
             if len(shape) >= 2:
                 self.obs_kinds[key] = "scaled" if integer else "float"
+                if integer and len(shape) == 3 and not is_channels_last(shape):
+                    # CHW frames become channels_last while still uint8 (a quarter of the bytes of
+                    # the float copy the image encoders would otherwise make)
+                    self._chw_keys.add(key)
             elif len(shape) == 1 and integer and self.dict_obs:
                 self.obs_kinds[key] = "tokens"
             elif len(shape) == 1 and normalize_input:
@@ -127,7 +132,9 @@ class ActorCritic(nn.Module):
         for key, x in as_obs_dict(obs).items():
             kind = self.obs_kinds[key]
             if kind == "scaled":
-                out[key] = x.float() / self.obs_scale
+                if key in self._chw_keys and x.dim() == 4:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                out[key] = x.float().div_(self.obs_scale)  # float() keeps the memory format
             elif kind == "normalized":
                 out[key] = self._normalizer(key).normalize(x.float())
             elif kind == "tokens":
@@ -151,6 +158,15 @@ class ActorCritic(nn.Module):
     def denormalize_values(self, v: torch.Tensor) -> torch.Tensor:
         """The value head's scale -> the reward scale (identity if disabled)."""
         return v if self.returns_normalizer is None else self.returns_normalizer.denormalize(v)
+
+    def for_inference(self) -> "ActorCritic":
+        """Prepare a model that will only act, never train (policy workers, enjoy): submodules
+        with a ``for_inference`` method (the built-in image encoders) switch to their fastest
+        inference form. Returns the model, in eval mode."""
+        for m in self.modules():
+            if m is not self and callable(getattr(m, "for_inference", None)):
+                m.for_inference()
+        return self.eval()
 
     # ----- forward passes --------------------------------------------------------------------
 

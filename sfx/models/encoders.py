@@ -78,6 +78,13 @@ class ImageEncoder(nn.Module):
         self.fc = nn.Sequential(nn.Linear(self.conv_out_size, hidden_size), make_nonlinearity(nonlinearity))
         self.out_size = hidden_size
 
+    def for_inference(self) -> None:
+        """A model that only acts (a policy worker's) keeps its bf16 encoder's weights in bfloat16:
+        autocast would otherwise cast every float32 weight again at every forward pass (the fc alone
+        is millions of weights). New float32 weights copied in are rounded exactly as autocast would."""
+        if self.bf16:
+            self.to(torch.bfloat16)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs [N, *obs_shape]`` float -> ``[N, hidden_size]``."""
         if self.obs_ndim == 2:

@@ -72,3 +72,32 @@ def test_conv_weights_are_channels_last_and_publish_in_logical_order():
     x = torch.rand(4, 3, 36, 64)
     assert torch.allclose(enc(x), other(x))
     assert other.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_an_acting_model_keeps_bf16_encoder_weights_and_acts_as_the_learner_computes():
+    from gymnasium import spaces
+
+    from sfx.cfg import default_cfg
+    from sfx.models import create_actor_critic
+
+    c = default_cfg(env="gym_CartPole-v1", mixed_precision="bf16", hidden_size=64, rnn_type="lstm", device="cpu",
+                    encoder_type="conv", encoder_subtype="convnet_simple")
+    obs_space, act_space = spaces.Box(0, 255, (3, 36, 64), "uint8"), spaces.Discrete(3)
+    torch.manual_seed(0)
+    learner = create_actor_critic(c, obs_space, act_space)
+    actor = create_actor_critic(c, obs_space, act_space)
+    buf = WeightsBuffer.for_model(learner)
+    buf.publish(learner, 3)
+    actor.for_inference()
+    assert actor.encoder.convs[0].weight.dtype == torch.bfloat16 and actor.core is not None
+    assert all(p.dtype == torch.float32 for n, p in actor.named_parameters() if not n.startswith("encoder."))
+    assert buf.read_into(actor, 0) == 3  # float32 weights from the learner, rounded into bfloat16
+    obs = torch.randint(0, 256, (5, 3, 36, 64), dtype=torch.uint8)
+    rnn = torch.zeros(5, learner.rnn_state_size)
+    with torch.no_grad():
+        expected = learner.forward_step(obs, rnn)
+    with torch.inference_mode():
+        got = actor.forward_step(obs, rnn)
+    for key in ("action_params", "values", "new_rnn_states"):
+        assert got[key].dtype == torch.float32
+        assert torch.allclose(got[key], expected[key], atol=1e-5), key
