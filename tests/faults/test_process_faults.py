@@ -109,12 +109,12 @@ class Run:
 LOCKED_QUEUE = "is probably left locked"
 
 
-def worker_fault(train_dir: Path, component: str, sig: int, expected: str) -> dict:
+def worker_fault(train_dir: Path, component: str, sig: int, expected: str, steps: int = 30_000) -> dict:
     """Run, inject ``sig`` into ``component``, let it finish. The component is restarted and the run
     finishes; or (when the process died holding a queue's lock) the run stops with a checkpoint and
     the same command resumes and finishes. Either way nothing is left behind."""
     shm_before = shm_segments()
-    run = Run(train_dir, 30_000).start()
+    run = Run(train_dir, steps).start()
     run.steps_at_least(5_000)
     victim = run.pid_of(component)
     os.kill(victim, sig)
@@ -129,7 +129,7 @@ def worker_fault(train_dir: Path, component: str, sig: int, expected: str) -> di
     if rc != 0:
         assert LOCKED_QUEUE in err, err[-3000:]
         checkpoint_steps = load_checkpoint(list_checkpoints(run.exp / "checkpoint_p0")[0])["env_steps"]
-        again = Run(train_dir, 30_000).start()
+        again = Run(train_dir, steps).start()
         rc, err = again.finish()
         again.assert_nothing_left()
         assert f"{checkpoint_steps} env steps" in err  # resumed from the last checkpoint
@@ -158,7 +158,9 @@ def test_killed_rollout_worker_is_restarted(tmp_path):
 
 @pytest.mark.fault("SIGSTOP of a rollout worker (hang, heartbeat timeout)")
 def test_frozen_rollout_worker_is_detected_and_restarted(tmp_path):
-    r = worker_fault(tmp_path, "rollout_worker_1", signal.SIGSTOP, "hung for more than 6 s")
+    # the other worker alone must not finish the run before the 6 s heartbeat timeout: CartPole
+    # trains at 3-7k samples/s here
+    r = worker_fault(tmp_path, "rollout_worker_1", signal.SIGSTOP, "hung for more than 6 s", steps=100_000)
     print(f"outcome: {r['outcome']}")
     assert "rollout_worker_1 sent no heartbeat for more than 6 s" in r["log"]
     check_finished(r["run"], r["rc"], r["err"])
@@ -175,7 +177,9 @@ def test_killed_policy_worker_is_restarted_and_requests_are_resent(tmp_path):
 def learner_fault(tmp_path_factory):
     """kill -9 of the learner (the run stops), then a truncated newest checkpoint; the same command resumes."""
     train_dir = tmp_path_factory.mktemp("learner")
-    run = Run(train_dir, 30_000).start()
+    # long enough that two checkpoints (--save_every_sec=2) come well before the end at any speed
+    steps = 100_000
+    run = Run(train_dir, steps).start()
     run.steps_at_least(5_000)
     run.wait_for("two checkpoints", lambda: len(list_checkpoints(run.exp / "checkpoint_p0")) >= 2)
     os.kill(run.pid_of("learner_0"), signal.SIGKILL)
@@ -185,7 +189,7 @@ def learner_fault(tmp_path_factory):
     newest, previous = ckpts[0], ckpts[1]
     previous_steps = load_checkpoint(previous)["env_steps"]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 3])  # a kill mid-copy, a bad disk
-    again = Run(train_dir, 30_000).start()
+    again = Run(train_dir, steps).start()
     rc2, err2 = again.finish()
     again.assert_nothing_left()
     return run, rc, err, again, rc2, err2, previous_steps
