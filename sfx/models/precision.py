@@ -33,11 +33,10 @@ _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 @functools.lru_cache(maxsize=None)
 def cpu_has_native_bf16() -> bool:
     """True when this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX)."""
-    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    try:
-        if check is not None and not check():
+    try:  # oneDNN's own answer where this torch build has it
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
             return False
-    except RuntimeError:
+    except (AttributeError, RuntimeError):
         pass
     try:
         with open("/proc/cpuinfo") as f:
