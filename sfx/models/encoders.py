@@ -14,7 +14,7 @@ channel. They permute to CHW themselves, so buffers keep what the env produced (
 rollout side).
 
 Convolutions run on channels_last tensors (weights and inputs; oneDNN and cuDNN are fastest so,
-1.28x per learner step on the CPU in float32) and, with ``--mixed_precision`` resolving to bf16
+1.09-1.28x per learner step on the CPU in float32) and, with ``--mixed_precision`` resolving to bf16
 (``sfx.models.precision``), in bfloat16 under autocast; the encoder output is always float32.
 """
 
