@@ -10,7 +10,7 @@ each batch; the version that acted is stored per sample so the learner can measu
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ from sfx.algo.distributions import make_action_distribution
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.rollout_worker import REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T
 
+if TYPE_CHECKING:
+    from sfx.models.actor_critic import ActorCritic
+
 log = logging.getLogger(__name__)
 
 
@@ -26,15 +29,14 @@ class PolicyWorker:
     """Messages in: ``('req', worker, split, rows[n, 5])``. Out: ``('act', [(split, n), ...])`` to
     the rollout worker's inbox."""
 
-    def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: torch.nn.Module,
+    def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: ActorCritic,
                  traj_buffers: TrajectoryBuffers, agent_buffers: AgentBuffers,
                  weights: WeightsBuffer, rollout_inboxes: list, report_queue: Any,
                  device: torch.device) -> None:
         self.cfg = cfg
         self.policy_id = policy_id
         self.worker_idx = worker_idx
-        model = model.to(device)
-        self.model = model.for_inference() if hasattr(model, "for_inference") else model.eval()
+        self.model = model.to(device).for_inference()
         self.traj = traj_buffers
         self.agents = agent_buffers
         self.weights = weights

@@ -100,10 +100,9 @@ class PolicyStats:
 
     def full_mean(self, key: str, stats_avg: int) -> float | None:
         """The mean of ``key`` over the last ``stats_avg`` episodes, None while fewer have ended."""
-        values = self.episodes.get(key)
-        if values is None or len(values) < stats_avg:
+        if len(self.episodes.get(key, ())) < stats_avg:
             return None
-        return sum(values) / len(values)
+        return self.mean(key)
 
     def pop_summaries(self) -> dict[str, float]:
         """Scalars accumulated since the last call, averaged, under their TensorBoard names."""

@@ -67,11 +67,12 @@ def encoder_uses_bf16(cfg: Any) -> bool:
         raise ConfigError(f"--mixed_precision={mode} is not known; allowed: {', '.join(MIXED_PRECISION_CHOICES)}")
     if mode == "off":
         return False
-    native = native_bf16(device_type(cfg))
+    device = device_type(cfg)
+    native = native_bf16(device)
     if mode == "auto":
         return native
     if not native:
-        _warn_emulated(device_type(cfg))
+        _warn_emulated(device)
     return True
 
 
