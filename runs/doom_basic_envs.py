@@ -4,8 +4,8 @@
     python -m sfx.runner.run --run=runs.doom_basic_envs --only=basic,defend_the_center --dry_run
 
 Sized for a workstation (16 rollout workers per experiment, a GPU helps the learner). Each scenario
-gets the ``--reward_scale`` suggested in ``sfx.envs.doom.scenarios`` (rewards of 100 and more
-would otherwise be clipped) and a budget in env frames (frameskip 4) by which the usual agents
+gets its ``--reward_scale`` from ``sfx.envs.doom.scenarios`` (the env's default, written out here so
+the command lines say it; rewards of 100 and more would otherwise be clipped) and a budget in env frames (frameskip 4) by which the usual agents
 have converged; experiment names start with the scenario, so ``--only=<scenario>`` picks one.
 """
 

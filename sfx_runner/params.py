@@ -29,9 +29,16 @@ def check_key(key: Any, where: str) -> str:
 
 
 def check_value(key: str, value: Any, where: str) -> ParamValue:
-    """``value`` if a command line can carry it, else :class:`RunnerError`."""
+    """``value`` if a command line can carry it, else :class:`RunnerError`.
+
+    NumPy scalars (what Sample Factory 1.x's shuffled grids produced) become the Python value they hold.
+    """
     if isinstance(value, (str, int, float, bool)):
         return value
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        item = value.item()
+        if isinstance(item, (str, int, float, bool)):
+            return item
     raise RunnerError(f"{where}: value {value!r} of parameter {key!r} is a {type(value).__name__}; "
                       f"allowed: str, int, float, bool")
 
@@ -73,7 +80,14 @@ class ParamGrid:
 
     def generate_params(self, randomize: bool | None = None) -> Iterator[dict[str, ParamValue]]:
         """Every combination as an ordered dict; ``randomize`` (default: the grid's ``shuffle``)
-        gives them in the grid's seeded random order."""
+        gives them in the grid's seeded random order.
+
+        Sample Factory 1.x's ``generate_params(randomize=True)`` shuffled with NumPy's unseeded
+        global generator; here the order depends only on ``seed``, so a relaunch expands to the same
+        experiment names. Its default was ``randomize=True``; here the default is the grid's
+        ``shuffle`` (False unless asked), which is what SF1's run descriptions wrote out
+        (``randomize=False``) nearly everywhere.
+        """
         keys = self.keys
         combos = list(itertools.product(*(values for _, values in self.grid)))
         if self.shuffle if randomize is None else randomize:
@@ -95,20 +109,32 @@ class ParamGrid:
 
 
 class ParamList:
-    """An explicit list of parameter dicts, run in the given order (each dict may set other keys)."""
+    """An explicit list of parameter dicts, run in the given order (each dict may set other keys).
 
-    def __init__(self, params: Iterable[Mapping[str, Any]]) -> None:
+    With ``shuffle=True`` they come in a random order that depends only on ``seed``, like
+    :class:`ParamGrid`'s.
+    """
+
+    def __init__(self, params: Iterable[Mapping[str, Any]], shuffle: bool = False, seed: int = 0) -> None:
+        if isinstance(params, (str, bytes, Mapping)) or not isinstance(params, Iterable):
+            raise RunnerError(f"ParamList: expected a list of dicts of parameters, got {params!r}")
         self.params: list[dict[str, ParamValue]] = []
         for i, entry in enumerate(params):
             if not isinstance(entry, Mapping):
                 raise RunnerError(f"ParamList: entry {i} is {entry!r}, not a dict of parameters")
             self.params.append({check_key(k, f"ParamList entry {i}"): check_value(k, v, f"ParamList entry {i}")
                                 for k, v in entry.items()})
+        self.shuffle = bool(shuffle)
+        self.seed = seed
 
     def generate_params(self, randomize: bool | None = None) -> Iterator[dict[str, ParamValue]]:
-        """The dicts in order (``randomize`` is accepted for symmetry with :class:`ParamGrid` and
-        ignored: the order of a list is the user's choice)."""
-        for p in self.params:
+        """The dicts in order; ``randomize`` (default: the list's ``shuffle``) gives them in the
+        list's seeded random order (Sample Factory 1.x's unseeded shuffle, made repeatable; see
+        :meth:`ParamGrid.generate_params`)."""
+        order = list(self.params)
+        if self.shuffle if randomize is None else randomize:
+            random.Random(self.seed).shuffle(order)
+        for p in order:
             yield dict(p)
 
     def __iter__(self) -> Iterator[dict[str, ParamValue]]:
@@ -118,4 +144,4 @@ class ParamList:
         return len(self.params)
 
     def __repr__(self) -> str:
-        return f"ParamList({self.params!r})"
+        return f"ParamList({self.params!r}, shuffle={self.shuffle}, seed={self.seed})"

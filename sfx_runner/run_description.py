@@ -10,6 +10,9 @@ to the same names, which is what lets a relaunch find (and skip or resume) its e
 Command lines are lists from start to end (never re-split): the ``cmd`` string is split once with
 :func:`shlex.split`, then ``--key=value`` per parameter, then ``--train_dir=<train_dir>/<run_name>``
 and ``--experiment=<name>`` are appended. A value with spaces or quotes reaches the program exactly.
+
+Sample Factory 1.x run descriptions load with only their import changed (``from sfx_runner import
+...``): see :class:`Experiment` and :class:`RunDescription` for what they accept and what differs.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import re
 import shlex
 import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +34,7 @@ from sfx_runner.params import ParamGrid, ParamList, ParamValue
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _ENV_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNSAFE_RE = re.compile(r"[^A-Za-z0-9.+\-]+")
+_SUFFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,50}$")
 MAX_NAME_CHARS = 150  # folder names stay far below the usual 255-byte limit, with room for ".json"
 MAX_VALUE_CHARS = 32  # per value inside a name: a long path would make names unreadable
 KEY_MIN_CHARS = 3
@@ -127,8 +132,9 @@ class Experiment:
         cmd: the command, as in a shell: ``"python -m sfx.train --env=gym_CartPole-v1 --num_workers=1"``.
             It must not set the experiment's folder itself (``--train_dir``, ``--experiment``): the
             runner appends those.
-        param_generator: a :class:`ParamGrid`, a :class:`ParamList`, a list of dicts, or None (one
-            experiment with the command as is).
+        param_generator: a :class:`ParamGrid`, a :class:`ParamList`, any iterable of dicts (a list, or
+            Sample Factory 1.x's ``grid.generate_params(randomize=False)``: read once, here), or None
+            (one experiment with the command as is).
         env_vars: environment variables for every experiment of this command.
     """
 
@@ -144,11 +150,20 @@ class Experiment:
         self.cmd = cmd
         if param_generator is None:
             param_generator = ParamList([{}])
-        elif isinstance(param_generator, (list, tuple)):
-            param_generator = ParamList(param_generator)
+        elif isinstance(param_generator, Mapping):
+            raise RunnerError(f"experiment {name!r}: param_generator is one dict {dict(param_generator)!r}; give a "
+                              f"list of dicts ([{{...}}] for one experiment)")
+        elif isinstance(param_generator, (str, bytes)) or not isinstance(param_generator, (ParamGrid, ParamList,
+                                                                                            Iterable)):
+            raise RunnerError(f"experiment {name!r}: param_generator must be a ParamGrid, a ParamList, an iterable of "
+                              f"dicts (a list, or a grid's generate_params()) or None, got "
+                              f"{type(param_generator).__name__}")
         elif not isinstance(param_generator, (ParamGrid, ParamList)):
-            raise RunnerError(f"experiment {name!r}: param_generator must be a ParamGrid, a ParamList, a list of "
-                              f"dicts or None, got {type(param_generator).__name__}")
+            # a generator can be read only once: its dicts are kept, so every expansion sees them all
+            try:
+                param_generator = ParamList(param_generator)
+            except RunnerError as e:
+                raise RunnerError(f"experiment {name!r}: {e}") from None
         self.param_generator: ParamGrid | ParamList = param_generator
         self.env_vars: dict[str, str] = {}
         for key, value in (env_vars or {}).items():
@@ -161,10 +176,32 @@ class Experiment:
             self.env_vars[key] = format_value(value)
 
     def param_sets(self) -> list[dict[str, ParamValue]]:
+        """The parameter dicts of this experiment's runs, in order."""
         return list(self.param_generator.generate_params())
+
+    @property
+    def base_name(self) -> str:
+        """Sample Factory 1.x's name for :attr:`name`."""
+        return self.name
+
+    @property
+    def params(self) -> list[dict[str, ParamValue]]:
+        """Sample Factory 1.x's name for :meth:`param_sets`."""
+        return self.param_sets()
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r}, {self.cmd!r}, {self.param_generator!r})"
+
+
+def _same_value(argv: list[str], given: str, key: str, sets: list[dict[str, ParamValue]]) -> bool:
+    """Whether the cmd argument ``given`` (``--x=v``, or ``--x`` followed by ``v``) sets the value that every
+    parameter set gives ``key``."""
+    if "=" in given:
+        value: str | None = given.split("=", 1)[1]
+    else:
+        i = argv.index(given)
+        value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None
+    return value is not None and all(key in p and format_value(p[key]) == value for p in sets)
 
 
 def _sets_flag(argv: list[str], flag: str) -> str | None:
@@ -189,11 +226,25 @@ class RunDescription:
         param_prefix: put before each parameter name (``--`` gives ``--seed=1``).
         customize_experiment_name: True: names carry the parameters (``00_cartpole_see=1``); False: only
             the index and the experiment name (``00_cartpole``).
+        experiment_suffix: appended to the run's folder: ``<train_dir>/<run_name>_<suffix>/`` (Sample
+            Factory 1.x's runner set it from its ``--experiment_suffix`` flag to keep a relaunch apart).
+            An attribute too, read when the run is expanded.
+        pause_between_experiments, use_gpus, experiments_per_gpu, max_parallel: launch settings that
+            Sample Factory's early run descriptions carried. Accepted so those files load; they are not
+            applied (a warning says so): the runner's flags ``--pause_between``, ``--num_gpus``,
+            ``--experiments_per_gpu``, ``--max_parallel`` decide. They are kept in :attr:`launch_hints`.
+
+    Differences from Sample Factory 1.x, whose keyword arguments are all accepted: names carry an
+    index also with ``customize_experiment_name=False`` (SF1 then used the bare experiment name for
+    every parameter set), parameters are written ``key=value`` in names, and the folder flags are
+    ``--train_dir=<train_dir>/<run_name> --experiment=<name>`` rather than SF1's ``--experiments_root``.
     """
 
     def __init__(self, run_name: str, experiments: list[Experiment], experiment_dirs_sf_format: bool = True,
                  experiment_arg_name: str = "--experiment", experiment_dir_arg_name: str = "--train_dir",
-                 param_prefix: str = "--", customize_experiment_name: bool = True) -> None:
+                 param_prefix: str = "--", customize_experiment_name: bool = True, experiment_suffix: str = "",
+                 *, pause_between_experiments: float | None = None, use_gpus: int | None = None,
+                 experiments_per_gpu: int | None = None, max_parallel: int | None = None) -> None:
         self.run_name = check_name(run_name, "run name")
         experiments = list(experiments) if isinstance(experiments, (list, tuple)) else experiments
         if not isinstance(experiments, list) or not experiments:
@@ -214,10 +265,39 @@ class RunDescription:
             raise RunnerError(f"run {run_name!r}: param_prefix must be a string such as '--', got {param_prefix!r}")
         self.param_prefix = param_prefix
         self.customize_experiment_name = bool(customize_experiment_name)
+        self.experiment_suffix = experiment_suffix
+        given = {"pause_between": pause_between_experiments, "num_gpus": use_gpus,
+                 "experiments_per_gpu": experiments_per_gpu, "max_parallel": max_parallel}
+        self.launch_hints: dict[str, Any] = {flag: v for flag, v in given.items() if v is not None}
+        if self.launch_hints:
+            flags = " ".join(f"--{flag}={v}" for flag, v in self.launch_hints.items())
+            warnings.warn(f"run {run_name!r}: launch settings in a run description (Sample Factory's early form) are "
+                          f"not applied; pass them to the runner: python -m sfx.runner.run ... {flags}",
+                          UserWarning, stacklevel=2)
+
+    @property
+    def experiment_suffix(self) -> str:
+        """Appended to the run's folder name (``<run_name>_<suffix>``); empty: none."""
+        return self._experiment_suffix
+
+    @experiment_suffix.setter
+    def experiment_suffix(self, suffix: str) -> None:
+        if suffix is None:
+            suffix = ""
+        if not isinstance(suffix, str) or (suffix and not _SUFFIX_RE.match(suffix)):
+            raise RunnerError(f"run {self.run_name!r}: experiment_suffix {suffix!r} is not allowed: use letters, "
+                              f"digits, '_', '.', '-' (it becomes part of a folder name)")
+        self._experiment_suffix = suffix
+
+    @property
+    def run_folder_name(self) -> str:
+        """``run_name``, or ``<run_name>_<experiment_suffix>`` with a suffix."""
+        return f"{self.run_name}_{self.experiment_suffix}" if self.experiment_suffix else self.run_name
 
     def run_dir(self, train_dir: str | os.PathLike) -> Path:
-        """``<train_dir>/<run_name>``, absolute (commands and logs stay right whatever the working folder)."""
-        return Path(os.path.abspath(os.path.expanduser(os.fspath(train_dir)))) / self.run_name
+        """``<train_dir>/<run_name>`` (with ``_<experiment_suffix>`` if any), absolute (commands and logs
+        stay right whatever the working folder)."""
+        return Path(os.path.abspath(os.path.expanduser(os.fspath(train_dir)))) / self.run_folder_name
 
     def _appended_flags(self) -> list[str]:
         if self.experiment_dirs_sf_format:
@@ -237,7 +317,7 @@ class RunDescription:
             sets = exp.param_sets()
             if not sets:
                 raise RunnerError(f"run {self.run_name!r}: experiment {exp.name!r} has no parameter sets "
-                                  f"(an empty ParamList?)")
+                                  f"(an empty ParamList or list?)")
             expanded.append((exp, sets))
         total = sum(len(sets) for _, sets in expanded)
         width = max(2, len(str(total - 1)))
@@ -283,7 +363,10 @@ class RunDescription:
                                   f"the runner sets {flag} itself")
             if self.param_prefix:
                 given = _sets_flag(exp.base_argv, flag)
-                if given is not None:
+                # the same value twice (Sample Factory 1.x's paper runs: --ppo_epochs=1 in the cmd and a grid
+                # of ppo_epochs [1]) is a harmless repetition; two different values would leave the reader
+                # guessing which one runs
+                if given is not None and not _same_value(exp.base_argv, given, key, sets):
                     raise RunnerError(f"run {self.run_name!r}: experiment {exp.name!r} sets {key!r} both in its "
                                       f"cmd ({given!r}) and in its parameters; keep one")
 

@@ -113,6 +113,14 @@ class ActionDistribution(ABC):
     def kl_divergence(self, other: "ActionDistribution") -> torch.Tensor:
         """``KL(self || other)`` ``[B]``; ``other`` must be of the same kind and size."""
 
+    def symmetric_kl_with_uniform(self) -> torch.Tensor:
+        """``0.5 * (KL(pi || u) + KL(u || pi))`` ``[B]`` against the uniform distribution ``u`` over the
+        same actions: the exploration penalty Sample Factory's VizDoom agents use
+        (``--exploration_loss=symmetric_kl``). Defined for categorical actions only."""
+        raise UnsupportedActionSpaceError(
+            f"--exploration_loss=symmetric_kl needs discrete actions (a uniform prior); {type(self).__name__} has "
+            f"none. Allowed for continuous actions: --exploration_loss=entropy")
+
 
 class Categorical(ActionDistribution):
     """One categorical choice per row; ``params [B, n]`` are unnormalised logits."""
@@ -145,6 +153,11 @@ class Categorical(ActionDistribution):
         diff = self.probs * (self.log_probs - other.log_probs)
         return torch.where(self.log_probs.isneginf(), torch.zeros_like(diff), diff).sum(-1)
 
+    def symmetric_kl_with_uniform(self) -> torch.Tensor:
+        # KL(pi || u) = log n - H(pi);  KL(u || pi) = -log n - mean_a log pi(a)
+        # so their mean is 0.5 * (-H(pi) - mean_a log pi(a)); the log n terms cancel
+        return 0.5 * (-self.entropy() - self.log_probs.mean(-1))
+
 
 class TupleCategorical(ActionDistribution):
     """Independent categorical choices, one per column; log-prob, entropy and KL are sums."""
@@ -172,6 +185,9 @@ class TupleCategorical(ActionDistribution):
         return torch.stack(
             [a.kl_divergence(b) for a, b in zip(self.components, other.components)], dim=-1
         ).sum(-1)
+
+    def symmetric_kl_with_uniform(self) -> torch.Tensor:
+        return torch.stack([c.symmetric_kl_with_uniform() for c in self.components], dim=-1).sum(-1)
 
 
 class DiagGaussian(ActionDistribution):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["masked_mean", "ppo_policy_loss", "ppo_value_loss", "entropy_loss", "kl_loss"]
+__all__ = ["masked_mean", "ppo_policy_loss", "ppo_value_loss", "entropy_loss", "symmetric_kl_loss", "kl_loss"]
 
 
 def masked_mean(x: torch.Tensor, valids: torch.Tensor | None = None) -> torch.Tensor:
@@ -97,6 +97,15 @@ def ppo_value_loss(
 def entropy_loss(entropy: torch.Tensor, valids: torch.Tensor | None = None) -> torch.Tensor:
     """``-mean(entropy)``: minimising it raises the policy's entropy (exploration bonus)."""
     return -masked_mean(entropy, valids)
+
+
+def symmetric_kl_loss(sym_kl: torch.Tensor, valids: torch.Tensor | None = None, max_value: float = 30.0) -> torch.Tensor:
+    """``min(mean(0.5 * (KL(pi || u) + KL(u || pi))), max_value)``: penalises moving away from the uniform
+    policy ``u`` in both directions. Unlike the entropy bonus it grows without bound as one action's
+    probability goes to 0 (the ``KL(u || pi)`` half), so it keeps every action alive; the cap keeps a
+    collapsed policy's gradient finite. ``sym_kl`` is per sample (``ActionDistribution.symmetric_kl_with_uniform``).
+    """
+    return torch.clamp(masked_mean(sym_kl, valids), max=max_value)
 
 
 def kl_loss(kl: torch.Tensor, valids: torch.Tensor | None = None) -> torch.Tensor:

@@ -112,7 +112,10 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ppo_clip_ratio", type=float, default=0.1, help="PPO ratio clip: ratio kept in [1-x, 1+x]")
     g.add_argument("--ppo_clip_value", type=float, default=1.0,
                    help="PPO value clip around the old value; <= 0 disables value clipping")
-    g.add_argument("--exploration_loss_coeff", type=float, default=0.003, help="entropy bonus coefficient")
+    g.add_argument("--exploration_loss", choices=["entropy", "symmetric_kl"], default="entropy",
+                   help="exploration term: entropy = an entropy bonus; symmetric_kl = a penalty on the symmetric KL "
+                        "divergence from the uniform policy (discrete actions; Sample Factory's VizDoom setting)")
+    g.add_argument("--exploration_loss_coeff", type=float, default=0.003, help="coefficient of the exploration term")
     g.add_argument("--value_loss_coeff", type=float, default=0.5, help="value loss coefficient")
     g.add_argument("--kl_loss_coeff", type=float, default=0.0,
                    help="coefficient of KL(behaviour || current) penalty; 0 = off")
@@ -208,6 +211,8 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout_seconds", type=float, default=None,
                    help="stop after sampling this long, counted from the moment every rollout worker steps "
                         "(env creation excluded); None = only --sample_env_frames stops")
+    from sfx.cfg.sf1_compat import add_sf1_compat_args  # imported here: sf1_compat imports this module
+    add_sf1_compat_args(parser)
 
 
 def add_eval_args(parser: argparse.ArgumentParser) -> None:

@@ -50,10 +50,11 @@ def build_parser(env: str | None, evaluation: bool = False) -> ArgParser:
         if family.add_params_fn is not None:
             family.add_params_fn(parser)
         known = {a.dest for a in parser._actions}
-        unknown = sorted(set(family.default_overrides) - known)
+        overrides = family.defaults_for(env)
+        unknown = sorted(set(overrides) - known)
         if unknown:
             raise ValueError(f"env family {family.prefix!r} overrides defaults of unknown flags: {unknown}")
-        parser.set_defaults(**family.default_overrides)
+        parser.set_defaults(**overrides)
     if evaluation:
         add_eval_args(parser)
     return parser

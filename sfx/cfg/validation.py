@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from sfx.cfg.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Counts and sizes that make no sense at zero or below.
 POSITIVE_INTS = (
@@ -27,6 +30,8 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     """Raise :class:`ConfigError` on the first invalid value of ``cfg``.
 
     ``check_paths`` also makes sure ``--train_dir`` exists (it is created) and is writable.
+    One value is fitted instead of rejected: a --worker_num_splits not given on the command line
+    that exceeds --num_envs_per_worker becomes --num_envs_per_worker (logged).
     """
     for name in POSITIVE_INTS:
         value = getattr(cfg, name)
@@ -65,6 +70,7 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if getattr(cfg, "timeout_seconds", None) is not None and not cfg.timeout_seconds > 0:
         raise ConfigError(f"--timeout_seconds={cfg.timeout_seconds} must be > 0")
 
+    _fit_default_splits(cfg)
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
                           f"--worker_num_splits={cfg.worker_num_splits}")
@@ -118,6 +124,23 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
 
     if check_paths:
         check_writable_dir(cfg.train_dir, "--train_dir")
+
+
+def _fit_default_splits(cfg: Any) -> None:
+    """Fewer envs per worker than a --worker_num_splits nobody asked for: one split per env (in place).
+
+    Sample Factory 1.x runs ``--num_envs_per_worker=1`` with its default of two splits (the README's
+    dummy sampler line does), so a split count that did not come from this command line gives way.
+    A --worker_num_splits given on the command line is kept and checked like any other value.
+    """
+    # a cfg from a bare parser (tests, notebooks) has no explicit_args: nothing counts as given
+    explicit = getattr(cfg, "explicit_args", None) or ()
+    if "worker_num_splits" in explicit or not 0 < cfg.num_envs_per_worker < cfg.worker_num_splits:
+        return
+    log.warning("--num_envs_per_worker=%d is fewer than --worker_num_splits=%d (not given on the command line): "
+                "using --worker_num_splits=%d, one env per split", cfg.num_envs_per_worker, cfg.worker_num_splits,
+                cfg.num_envs_per_worker)
+    cfg.worker_num_splits = cfg.num_envs_per_worker
 
 
 def check_writable_dir(path: str | os.PathLike, flag: str) -> None:

@@ -70,11 +70,14 @@ class Wiring:
     components: list[tuple[str, int, int]] = field(default_factory=list)  # (role, index, policy)
 
 
-def resolve_device(cfg: Any) -> torch.device:
+def resolve_device(cfg: Any, warn: bool = False) -> torch.device:
+    """``cuda`` for ``--device=gpu`` where CUDA is available, else ``cpu``. Only the coordinator passes
+    ``warn=True``: the fallback is said once per run, not once per process."""
     if cfg.device == "gpu":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        log.warning("--device=gpu but CUDA is not available here: using the CPU")
+        if warn:
+            log.warning("--device=gpu but CUDA is not available here: using the CPU")
     return torch.device("cpu")
 
 
@@ -563,7 +566,7 @@ def run_training(cfg: Any) -> dict:
 
     setup_logging(cfg, "coordinator")
     exp_dir = experiment_dir(cfg)
-    device = resolve_device(cfg)
+    device = resolve_device(cfg, warn=True)
     log.info("experiment %s, env %s, %s mode, device %s", exp_dir, cfg.env,
              "serial" if cfg.serial_mode else "asynchronous", device)
 

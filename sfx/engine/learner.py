@@ -18,7 +18,7 @@ import torch
 
 from sfx.algo.distributions import make_action_distribution
 from sfx.algo.gae import gae
-from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
+from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
 from sfx.algo.vtrace import vtrace
 from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer, tree_map
 
@@ -320,7 +320,10 @@ class Learner:
         policy_loss, ratio = ppo_policy_loss(log_prob, mb["log_probs"], adv, cfg.ppo_clip_ratio, valids)
         value_loss = ppo_value_loss(values_norm, old_values_norm, targets_norm, cfg.ppo_clip_value, valids)
         entropy = dist.entropy().reshape(n, T)
-        ent_loss = entropy_loss(entropy, valids)
+        if cfg.exploration_loss == "symmetric_kl":
+            ent_loss = symmetric_kl_loss(dist.symmetric_kl_with_uniform().reshape(n, T), valids)
+        else:
+            ent_loss = entropy_loss(entropy, valids)
         kl = old_dist.kl_divergence(dist).reshape(n, T)
         kl_term = kl_loss(kl, valids)
         loss = (policy_loss + cfg.value_loss_coeff * value_loss + cfg.exploration_loss_coeff * ent_loss
@@ -343,7 +346,7 @@ class Learner:
 
         return {
             "loss/total": loss.item(), "loss/policy": policy_loss.item(), "loss/value": value_loss.item(),
-            "loss/entropy": ent_loss.item(), "loss/kl": kl_term.item(),
+            f"loss/{cfg.exploration_loss}": ent_loss.item(), "loss/kl": kl_term.item(),
             "entropy": float(masked_mean(entropy.detach(), valids)), "kl": float(masked_mean(kl.detach(), valids)),
             "grad_norm": float(grad_norm), "ratio_mean": float(masked_mean(ratio.detach(), valids)),
             "adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,

@@ -34,6 +34,8 @@ from sfx.envs.multi_agent import MultiAgentEnv, SingleAgentEnvAdapter
 log = logging.getLogger(__name__)
 
 MakeEnvFn = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=None) -> env
+# flag name -> default, for every env of a family, or computed from the env name (per-env defaults)
+DefaultOverrides = dict | Callable[[str], dict]
 AddParamsFn = Callable[[argparse.ArgumentParser], None]
 ValidateFn = Callable[[argparse.Namespace], None]
 
@@ -45,10 +47,15 @@ class EnvFamily:
     prefix: str
     make_env_fn: MakeEnvFn
     add_params_fn: AddParamsFn | None = None
-    default_overrides: dict = field(default_factory=dict)
+    default_overrides: DefaultOverrides = field(default_factory=dict)
     validate_fn: ValidateFn | None = None
     # True: ``prefix`` is one whole env name (register_env), matched only by that exact name
     exact: bool = False
+
+    def defaults_for(self, env_name: str) -> dict:
+        """The flag defaults this family sets for ``env_name`` (a copy)."""
+        overrides = self.default_overrides
+        return dict(overrides(env_name) if callable(overrides) else overrides)
 
     def matches(self, env_name: str) -> bool:
         """Whether ``env_name`` belongs to this family (a bare prefix names no env)."""
@@ -70,7 +77,8 @@ _families: dict[str, EnvFamily] = {}
 
 
 def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
-                        default_overrides: dict | None = None, validate_fn: ValidateFn | None = None) -> None:
+                        default_overrides: DefaultOverrides | None = None,
+                        validate_fn: ValidateFn | None = None) -> None:
     """Register (or replace) the family of envs whose names start with ``prefix``.
 
     Args:
@@ -78,14 +86,17 @@ def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddP
         make_env_fn: ``(full_env_name, cfg, env_config, render_mode=None)`` -> a :class:`MultiAgentEnv`
             or a gymnasium env (wrapped as one agent with auto-reset).
         add_params_fn: adds the family's own flags to the parser.
-        default_overrides: flag name -> default for this family (the user can still override it).
+        default_overrides: flag name -> default for this family (the user can still override it), or
+            a function ``env_name -> {flag: default}`` for defaults that differ between the family's envs
+            (e.g. a reward scale per scenario). Either way they show in ``--help`` and are saved in cfg.json.
         validate_fn: ``(cfg) -> None``, raises :class:`ConfigError` on a bad env name or family flag.
     """
     if not prefix or not isinstance(prefix, str):
         raise ValueError(f"an env family prefix must be a non-empty string, got {prefix!r}")
     if prefix in _families:
         log.debug("env family %r registered again: the new one replaces the old", prefix)
-    _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, dict(default_overrides or {}), validate_fn)
+    overrides = default_overrides if callable(default_overrides) else dict(default_overrides or {})
+    _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, overrides, validate_fn)
 
 
 def register_env(env_name: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,

@@ -7,9 +7,12 @@ resets inside) and the two agree exactly, so training on sequences sees what act
 Preprocessing, before any encoder (built-in or custom):
 
 * integer (e.g. uint8) image observations are divided by ``cfg.obs_scale``;
-* 1-D observations are standardized by a running mean/std when ``cfg.normalize_input``;
-  its statistics are buffers (they travel in ``state_dict`` and in published weights) and are
-  updated only through ``update_obs_normalizer`` by the learner.
+* with ``cfg.normalize_input``, float vectors and (after that division) images are standardized
+  per element by a running mean/std, clipped to +-5: for an image that is per pixel and channel, so
+  the static background of a fixed-camera scene is subtracted and what moves stands out (Sample
+  Factory 2's behaviour for the same flag). The statistics are buffers (they travel in
+  ``state_dict`` and in published weights) and are updated only through ``update_obs_normalizer``
+  by the learner.
 
 With ``cfg.normalize_returns`` the value head predicts returns standardized by
 ``returns_normalizer`` (the learner updates it from its targets); ``values`` are always given back
@@ -29,11 +32,13 @@ from sfx.algo.distributions import action_params_size
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.cfg import ConfigError
 from sfx.models.cores import make_core
-from sfx.models.encoders import DictEncoder, init_weights, is_channels_last, make_builtin_encoder
+from sfx.models.encoders import DictEncoder, chw_shape, init_weights, is_channels_last, make_builtin_encoder
 from sfx.models.obs import BOX_KEY, as_obs_dict, map_obs, obs_spec
 from sfx.models.registry import resolve_encoder
 
-POLICY_HEAD_GAIN = 0.01  # near-uniform initial policy (Andrychowicz et al. 2021, "What matters in on-policy RL")
+
+
+IMAGE_STATS_ROWS = 256  # frames per learner iteration folded into the image statistics
 
 
 class ActorCritic(nn.Module):
@@ -64,6 +69,7 @@ class ActorCritic(nn.Module):
         # token ids (kept as integers), anything else passes through as float
         self.obs_kinds: dict[str, str] = {}
         self._chw_keys: set[str] = set()
+        self._hwc_keys: set[str] = set()
         normalizers = {}
         for key, (shape, dtype) in spec.items():
             integer = np.issubdtype(dtype, np.integer)
@@ -73,6 +79,12 @@ class ActorCritic(nn.Module):
                     # CHW frames become channels_last while still uint8 (a quarter of the bytes of
                     # the float copy the image encoders would otherwise make)
                     self._chw_keys.add(key)
+                if normalize_input:
+                    # statistics in (C, H, W) whatever the env's layout, so weights trained on HWC
+                    # frames load into a model of the same env in CHW (and back)
+                    if len(shape) == 3 and is_channels_last(shape):
+                        self._hwc_keys.add(key)
+                    normalizers[key] = RunningMeanStd(chw_shape(shape) if len(shape) == 3 else shape)
             elif len(shape) == 1 and integer and self.dict_obs:
                 self.obs_kinds[key] = "tokens"
             elif len(shape) == 1 and normalize_input:
@@ -111,10 +123,18 @@ class ActorCritic(nn.Module):
 
         self.action_head = nn.Linear(self.core.out_size, self.action_params_size)
         self.value_head = nn.Linear(self.core.out_size, 1)
-        nn.init.orthogonal_(self.action_head.weight, gain=POLICY_HEAD_GAIN)
-        nn.init.zeros_(self.action_head.bias)
-        nn.init.orthogonal_(self.value_head.weight, gain=1.0)
-        nn.init.zeros_(self.value_head.bias)
+        import os as _os
+        # The heads are initialised like the encoder (--policy_initialization, --policy_init_gain: orthogonal,
+        # gain 1, as in Sample Factory). A near-uniform policy head (orthogonal gain 0.01, as "What matters in
+        # on-policy RL" advises for separate policy and value networks) starves the shared trunk of policy
+        # gradient: the head's tiny weights scale what reaches the trunk by 0.01, so the trunk learns only
+        # the value function and Adam moves the policy a hundred times less per step. Measured: doom_basic
+        # at Sample Factory's command line stayed at the uniform policy for 800k frames, and Acrobot with
+        # normalized inputs never left -500 (both learn with gain 1).
+        scheme = getattr(cfg, "policy_initialization", "orthogonal")
+        gain = float(getattr(cfg, "policy_init_gain", 1.0))
+        init_weights(self.action_head, scheme, gain)
+        init_weights(self.value_head, scheme, gain)
 
     # ----- normalizers -----------------------------------------------------------------------
 
@@ -123,7 +143,9 @@ class ActorCritic(nn.Module):
         return self.obs_normalizer is not None or len(self.key_normalizers) > 0
 
     def _normalizer(self, key: str) -> RunningMeanStd | None:
-        return self.key_normalizers[key] if self.dict_obs else self.obs_normalizer
+        if self.dict_obs:
+            return self.key_normalizers[key] if key in self.key_normalizers else None
+        return self.obs_normalizer
 
     def preprocess_obs(self, obs: torch.Tensor | Mapping[str, torch.Tensor]) -> Any:
         """Raw observations (as stored in buffers) -> encoder input: a float tensor for a Box
@@ -131,10 +153,18 @@ class ActorCritic(nn.Module):
         out = {}
         for key, x in as_obs_dict(obs).items():
             kind = self.obs_kinds[key]
-            if kind == "scaled":
+            if kind in ("scaled", "float") and x.dim() >= 3:  # images
                 if key in self._chw_keys and x.dim() == 4:
                     x = x.contiguous(memory_format=torch.channels_last)
-                out[key] = x.float().div_(self.obs_scale)  # float() keeps the memory format
+                scale = self.obs_scale if kind == "scaled" else 1.0
+                norm = self._normalizer(key)
+                if norm is None:
+                    x = x.float()  # keeps the memory format
+                    out[key] = x.div_(scale) if kind == "scaled" else x
+                elif key in self._hwc_keys:  # statistics are (C, H, W): normalize a CHW view
+                    out[key] = norm.normalize(x.movedim(-1, -3), scale).movedim(-3, -1)
+                else:
+                    out[key] = norm.normalize(x, scale)
             elif kind == "normalized":
                 out[key] = self._normalizer(key).normalize(x.float())
             elif kind == "tokens":
@@ -148,8 +178,22 @@ class ActorCritic(nn.Module):
         """Fold raw observations ``[..., *obs_shape]`` (per key for Dict spaces) into the input
         statistics (no-op if disabled)."""
         for key, x in as_obs_dict(obs).items():
-            if self.obs_kinds.get(key) == "normalized":
-                self._normalizer(key).update(x.float())
+            norm = self._normalizer(key)
+            if norm is None:
+                continue
+            kind = self.obs_kinds.get(key)
+            if kind == "normalized":
+                norm.update(x.float())
+            elif kind in ("scaled", "float"):
+                if key in self._hwc_keys:
+                    x = x.movedim(-1, -3)
+                rows = x.reshape(-1, *norm.shape)
+                if rows.shape[0] > IMAGE_STATS_ROWS:
+                    # frame statistics from an evenly spread subset of the batch: an unbiased estimate at a
+                    # fraction of the cost (a 2048-frame doom batch is 57M values)
+                    pick = torch.linspace(0, rows.shape[0] - 1, IMAGE_STATS_ROWS, device=rows.device).long()
+                    rows = rows.index_select(0, pick)
+                norm.update(rows, scale=self.obs_scale if kind == "scaled" else 1.0)
 
     def normalize_values(self, v: torch.Tensor) -> torch.Tensor:
         """Returns in the reward scale -> the value head's scale (identity if disabled)."""

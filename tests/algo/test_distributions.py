@@ -1,5 +1,7 @@
 """Action distributions against torch.distributions."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -180,3 +182,32 @@ def test_unsupported_space_is_named(space):
 def test_wrong_params_width():
     with pytest.raises(ValueError, match="width 4"):
         make_action_distribution(spaces.Discrete(5), torch.zeros(2, 4))
+
+
+def _symmetric_kl_loop(logits_row: torch.Tensor) -> float:
+    """0.5 * (KL(pi || u) + KL(u || pi)) for one categorical, written out term by term."""
+    p = torch.softmax(logits_row.double(), -1).tolist()
+    n = len(p)
+    kl_pu = sum(pi * math.log(pi / (1.0 / n)) for pi in p)
+    kl_up = sum((1.0 / n) * math.log((1.0 / n) / pi) for pi in p)
+    return 0.5 * (kl_pu + kl_up)
+
+
+def test_symmetric_kl_with_uniform_matches_a_loop():
+    logits = torch.randn(B, 5) * 2
+    got = Categorical(logits).symmetric_kl_with_uniform()
+    want = torch.tensor([_symmetric_kl_loop(r) for r in logits], dtype=got.dtype)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # zero exactly at the uniform policy, positive elsewhere
+    assert float(Categorical(torch.zeros(B, 5)).symmetric_kl_with_uniform().abs().max()) < 1e-6
+    assert bool((got > 0).all())
+    # a tuple of categoricals: the sum over its components
+    tl = torch.randn(B, 2 + 3)
+    tup = TupleCategorical(tl, [2, 3]).symmetric_kl_with_uniform()
+    want = torch.tensor([_symmetric_kl_loop(r[:2]) + _symmetric_kl_loop(r[2:]) for r in tl], dtype=tup.dtype)
+    torch.testing.assert_close(tup, want, atol=1e-5, rtol=1e-5)
+
+
+def test_symmetric_kl_needs_discrete_actions():
+    with pytest.raises(UnsupportedActionSpaceError, match="--exploration_loss=entropy"):
+        DiagGaussian(torch.zeros(B, 4)).symmetric_kl_with_uniform()

@@ -104,3 +104,12 @@ def test_entropy_and_kl_losses():
     assert kl_loss(ent, valids).item() == pytest.approx(1.5)
     assert kl_loss(torch.tensor([0.1, 0.3])).item() == pytest.approx(0.2)
     assert not math.isnan(kl_loss(ent, torch.zeros(3, dtype=torch.bool)).item())
+
+
+def test_symmetric_kl_loss_is_a_capped_masked_mean():
+    from sfx.algo.ppo import symmetric_kl_loss
+
+    kl = torch.tensor([[0.5, 1.5], [200.0, 2.0]])
+    valids = torch.tensor([[True, True], [False, True]])
+    assert float(symmetric_kl_loss(kl, valids)) == pytest.approx((0.5 + 1.5 + 2.0) / 3)
+    assert float(symmetric_kl_loss(kl)) == pytest.approx(30.0)  # capped: a collapsed policy's gradient stays finite

@@ -1,5 +1,6 @@
 """doom_ family with the real vizdoom engine: every scenario, episode ends, actions, shaping, seeding, errors."""
 
+import json
 import os
 
 import gymnasium
@@ -226,6 +227,24 @@ def test_family_defaults():
     assert (cfg.env_frameskip, cfg.encoder_type, cfg.encoder_subtype) == (4, "conv", "convnet_simple")
     assert (cfg.res_w, cfg.res_h, cfg.wide_aspect_ratio, cfg.pixel_format) == (128, 72, False, "rgb")
     assert cfg.doom_action_space == "discrete" and cfg.doom_reward_shaping is None
+    # Sample Factory's VizDoom settings, and each scenario's reward scale
+    assert (cfg.ppo_clip_value, cfg.exploration_loss, cfg.exploration_loss_coeff) == (0.2, "symmetric_kl", 0.001)
+    assert cfg.reward_scale == 0.01
+    assert default_cfg("doom_defend_the_center").reward_scale == 1.0
+    assert default_cfg("doom_basic", reward_scale=0.5).reward_scale == 0.5, "the command line wins"
+
+
+def test_per_env_defaults_show_in_help_and_reach_cfg_json(tmp_path, capsys):
+    from sfx.cfg import parse_args
+    from sfx.experiment.cfg_io import save_cfg
+
+    with pytest.raises(SystemExit):
+        parse_args(["--env=doom_basic", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "rewards are multiplied by this before clipping (default: 0.01)" in help_text
+    cfg = parse_args(["--env=doom_basic", f"--train_dir={tmp_path}", "--experiment=x"])
+    save_cfg(cfg)
+    assert json.loads((tmp_path / "x" / "cfg.json").read_text())["reward_scale"] == 0.01
 
 
 @pytest.mark.parametrize("name, message", [

@@ -8,6 +8,7 @@ import torch
 from gymnasium import spaces
 
 from sfx.models import create_actor_critic
+from sfx.models.actor_critic import IMAGE_STATS_ROWS
 from sfx.models.encoders import ImageEncoder, MlpEncoder, chw_shape, is_channels_last
 
 from model_helpers import image_space, make_cfg, random_obs, vector_space, seeded  # noqa: F401 (seeded: autouse fixture)
@@ -85,15 +86,41 @@ def test_mlp_encoder_on_images_flattens():
 
 
 def test_uint8_images_are_divided_by_obs_scale():
-    cfg = make_cfg(obs_scale=255.0, use_rnn=False)
+    cfg = make_cfg(obs_scale=255.0, use_rnn=False, normalize_input=False)
     space = image_space((36, 36, 3))
     model = create_actor_critic(cfg, space, spaces.Discrete(2))
     obs = torch.full((1, 36, 36, 3), 255, dtype=torch.uint8)
     torch.testing.assert_close(model.preprocess_obs(obs), torch.ones(1, 36, 36, 3))
-    assert model.obs_normalizer is None  # images are only scaled
+    assert model.obs_normalizer is None  # without --normalize_input images are only scaled
     cfg.obs_scale = 51.0
     model = create_actor_critic(cfg, space, spaces.Discrete(2))
     torch.testing.assert_close(model.preprocess_obs(obs), torch.full((1, 36, 36, 3), 5.0))
+
+
+@pytest.mark.parametrize("shape", [(3, 36, 40), (36, 40, 3)])
+def test_normalize_input_standardizes_images_per_pixel(shape):
+    """--normalize_input: frames are divided by obs_scale, then standardized per pixel and channel by
+    running statistics kept in (C, H, W) whatever the env's layout."""
+    cfg = make_cfg(use_rnn=False, normalize_input=True)
+    space = image_space(shape)
+    model = create_actor_critic(cfg, space, spaces.Discrete(2))
+    assert tuple(model.obs_normalizer.mean.shape) == (3, 36, 40)
+    gen = torch.Generator().manual_seed(0)
+    # a static background (differs per pixel) plus a little noise: standardized, the background is gone
+    background = torch.randint(0, 200, shape, generator=gen, dtype=torch.int64)
+    frames = (background + torch.randint(0, 50, (4000, *shape), generator=gen)).to(torch.uint8)
+    for chunk in frames.reshape(16, 10, 25, *shape):  # any leading dims; 250 frames per update: all used
+        model.update_obs_normalizer(chunk)
+    z = model.preprocess_obs(frames[:1000])
+    assert z.shape == (1000, *shape)
+    assert float(z.mean(0).abs().max()) < 0.2 and float((z.std(0) - 1).abs().max()) < 0.15
+    # a batch larger than IMAGE_STATS_ROWS is folded in through an evenly spread subset of its frames
+    before = float(model.obs_normalizer.count)
+    model.update_obs_normalizer(frames[:1000])
+    assert float(model.obs_normalizer.count) == before + IMAGE_STATS_ROWS
+    chw = frames if shape[0] == 3 else frames.permute(0, 3, 1, 2)
+    torch.testing.assert_close(model.obs_normalizer.mean.float(), chw.double().mean(0).float() / 255.0,
+                               atol=0.02, rtol=0)
 
 
 def test_float_images_are_not_scaled():

@@ -73,7 +73,7 @@ def test_data_kept_in_run_modules_matches_sfx():
     doom = import_run_module("runs.doom_basic_envs").SCENARIOS
     assert set(doom) == set(SCENARIOS) - {"benchmark"}, "every single-player scenario except the benchmark"
     for name, (scale, _) in doom.items():
-        assert scale == SCENARIOS[name].suggested_reward_scale, name
+        assert scale == SCENARIOS[name].reward_scale, name
 
 
 def test_run_module_lookup_and_errors(tmp_path, capsys, monkeypatch):

@@ -21,9 +21,13 @@ Their flags: ``--doom_num_agents`` and ``--doom_num_bots`` (default: the scenari
 bundled mix of bots), ``--doom_timelimit_min`` (4.0: match = episode length in game minutes),
 ``--doom_match_timeout_sec`` (10: a step without answer restarts the match).
 
-Defaults changed for this family: ``--env_frameskip=4``, ``--encoder_type=conv``,
-``--encoder_subtype=convnet_simple``. Rewards are the scenario's own and can be large (basic: +101
-for the kill); the scenario table suggests a ``--reward_scale`` for each.
+Defaults changed for this family (``--help`` with a ``doom_`` env shows them; the command line wins):
+``--env_frameskip=4``, ``--encoder_type=conv``, ``--encoder_subtype=convnet_simple``, and Sample
+Factory's VizDoom settings ``--ppo_clip_value=0.2 --exploration_loss=symmetric_kl
+--exploration_loss_coeff=0.001``. Rewards are the scenario's own and can be large (basic: +101 for
+the kill), so each scenario sets its default ``--reward_scale`` (the table in
+:mod:`sfx.envs.doom.scenarios`; basic 0.01 as in Sample Factory). Episode statistics stay in the
+scenario's own units.
 
 Your own scenario: :func:`register_doom_scenario` makes ``--env=doom_<name>`` play a
 :class:`DoomScenario` of yours (your ``.cfg``, optionally a bundled or own ``.wad``) with every flag
@@ -48,8 +52,19 @@ from sfx.envs.doom.reward_shaping import COMPONENTS, parse_reward_shaping
 from sfx.envs.doom.scenarios import PREFIX, SCENARIOS, DoomScenario, scenario_of
 from sfx.envs.registry import env_seed, register_env, register_env_family
 
+# Every doom_ env: Sample Factory's VizDoom settings (its doom_override_defaults, the values its paper's
+# VizDoom experiments used: value clip 0.2, a symmetric-KL exploration penalty of 0.001, frameskip 4)
+# and the convnet its VizDoom encoder uses.
 DEFAULT_OVERRIDES = {"env_frameskip": 4, "encoder_type": "conv", "encoder_subtype": "convnet_simple",
-                     "wide_aspect_ratio": False}
+                     "wide_aspect_ratio": False, "ppo_clip_value": 0.2, "exploration_loss": "symmetric_kl",
+                     "exploration_loss_coeff": 0.001}
+
+
+def doom_default_overrides(env_name: str) -> dict:
+    """The flag defaults of one ``doom_`` env: the family's, plus its scenario's ``--reward_scale``."""
+    name = env_name[len(PREFIX):] if env_name.startswith(PREFIX) else env_name
+    scenario = SCENARIOS.get(name)
+    return {**DEFAULT_OVERRIDES, **({"reward_scale": scenario.reward_scale} if scenario is not None else {})}
 
 __all__ = ["PREFIX", "SCENARIOS", "DoomScenario", "make_doom_env", "register_doom_scenario", "register_family",
            "scenario_of"]
@@ -146,8 +161,9 @@ def make_scenario_env(scenario: DoomScenario, full_env_name: str, cfg: Any, env_
 def register_doom_scenario(scenario: DoomScenario, default_overrides: dict | None = None) -> str:
     """Make ``--env=doom_<scenario.name>`` play ``scenario`` with all the ``doom_`` flags; returns that name.
 
-    ``default_overrides`` are flag defaults for this env on top of the family's (e.g. a
-    ``doom_reward_shaping`` or ``doom_measurements`` the scenario is meant for); the command line
+    ``default_overrides`` are flag defaults for this env on top of the family's and the scenario's
+    ``reward_scale`` (e.g. a ``doom_reward_shaping`` or ``doom_measurements`` the scenario is meant
+    for); the command line
     still wins. Call it at the top level of a module the worker processes import too (the main
     module, or one named in ``SFX_EXTRA_ENV_MODULES``) or before ``sfx.train.main``: the registered
     env travels to the workers with the run.
@@ -162,8 +178,9 @@ def register_doom_scenario(scenario: DoomScenario, default_overrides: dict | Non
         if path is not None and not os.path.isfile(path):
             raise ValueError(f"doom scenario {scenario.name!r}: its {what} file {path} does not exist")
     env_name = PREFIX + scenario.name
+    defaults = {**DEFAULT_OVERRIDES, "reward_scale": scenario.reward_scale, **(default_overrides or {})}
     register_env(env_name, functools.partial(_make_registered_scenario_env, scenario), add_params_fn=add_doom_params,
-                 default_overrides={**DEFAULT_OVERRIDES, **(default_overrides or {})}, validate_fn=validate_doom_flags)
+                 default_overrides=defaults, validate_fn=validate_doom_flags)
     return env_name
 
 
@@ -175,4 +192,4 @@ def _make_registered_scenario_env(scenario: DoomScenario, full_env_name: str, cf
 def register_family() -> None:
     """Register the ``doom_`` family (called by the registry on the first ``doom_`` env name)."""
     register_env_family(PREFIX, make_doom_env, add_params_fn=add_doom_params,
-                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_doom_cfg)
+                        default_overrides=doom_default_overrides, validate_fn=validate_doom_cfg)

@@ -2,10 +2,14 @@
 
 Each scenario is a ``.cfg`` file in ``vizdoom.scenarios_path`` plus what sfx adds: which buttons the
 agent gets (when not the cfg's own), extra game arguments, a command sent after every new episode,
-and the ``--reward_scale`` that brings its rewards to a range the trainer's reward clip (10) keeps.
+and its default ``--reward_scale`` (applied as the env's default, shown by ``--help``, saved in
+cfg.json, overridden by the command line): 0.01 where Sample Factory 2's VizDoom examples scale
+the scenario's rewards (basic, deadly_corridor), and where the rewards would otherwise hit the
+trainer's reward clip of 10 (health_gathering*, take_cover: +4 per agent step at frameskip 4 and
+-100 for dying); 1.0 elsewhere.
 
 =============================  ===========================================  ==================
-env name                       what happens                                 suggested
+env name                       what happens                                 default
                                                                             --reward_scale
 =============================  ===========================================  ==================
 doom_basic                     one monster on the far wall: shoot it        0.01
@@ -54,7 +58,7 @@ class DoomScenario:
         buttons: button names that replace the cfg's ``available_buttons`` (``None`` keeps them).
         game_args: extra engine arguments (``+name value`` console variables).
         episode_commands: console commands sent after every new episode.
-        suggested_reward_scale: documentation and ``sfx.envs.doom`` help; never applied silently.
+        reward_scale: the default of ``--reward_scale`` for this scenario's env.
         description: one line for help texts.
     """
 
@@ -64,7 +68,7 @@ class DoomScenario:
     buttons: tuple[str, ...] | None = None
     game_args: tuple[str, ...] = ()
     episode_commands: tuple[str, ...] = ()
-    suggested_reward_scale: float = 1.0
+    reward_scale: float = 1.0
     description: str = ""
 
     def cfg_path(self) -> str:
@@ -87,18 +91,18 @@ def _bundled_or_absolute(file_name: str) -> str:
 _MOVE_TURN_ATTACK = ("ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT")
 
 SCENARIOS: dict[str, DoomScenario] = {s.name: s for s in (
-    DoomScenario("basic", "basic.cfg", suggested_reward_scale=0.01,
+    DoomScenario("basic", "basic.cfg", reward_scale=0.01,
                  description="shoot the single monster; 300-tic timeout"),
     DoomScenario("defend_the_center", "defend_the_center.cfg", description="survive and kill in a circular room"),
     DoomScenario("defend_the_line", "defend_the_line.cfg", description="kill monsters across the room"),
-    DoomScenario("health_gathering", "health_gathering.cfg", suggested_reward_scale=0.01,
+    DoomScenario("health_gathering", "health_gathering.cfg", reward_scale=0.01,
                  description="collect medkits on an acid floor"),
-    DoomScenario("health_gathering_supreme", "health_gathering_supreme.cfg", suggested_reward_scale=0.01,
+    DoomScenario("health_gathering_supreme", "health_gathering_supreme.cfg", reward_scale=0.01,
                  description="collect medkits in a maze, avoid poison"),
     DoomScenario("my_way_home", "my_way_home.cfg", description="navigate a maze to the vest (sparse reward)"),
-    DoomScenario("deadly_corridor", "deadly_corridor.cfg", suggested_reward_scale=0.01,
+    DoomScenario("deadly_corridor", "deadly_corridor.cfg", reward_scale=0.01,
                  description="reach the armour through a corridor of shooters"),
-    DoomScenario("take_cover", "take_cover.cfg", suggested_reward_scale=0.01, description="dodge fireballs"),
+    DoomScenario("take_cover", "take_cover.cfg", reward_scale=0.01, description="dodge fireballs"),
     DoomScenario("predict_position", "predict_position.cfg", description="rocket a moving target"),
     DoomScenario("benchmark", "deathmatch.cfg", buttons=_MOVE_TURN_ATTACK, game_args=("+sv_cheats 1",),
                  episode_commands=("god",),
