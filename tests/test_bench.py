@@ -120,3 +120,105 @@ def test_learner_step_bench_times_every_variant(capsys):
     for label in ("float32, NCHW", "float32, channels_last", "bf16 encoder, channels_last"):
         assert label in out
     assert "speed-up per learner step" in out
+
+
+def _write_scalars(folder, tag, points, extra_tag=None):
+    """Event files as a framework's SummaryWriter leaves them: (step, wall_time, value) points."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for step, wall, value in points:
+        writer.add_scalar(tag, value, step, walltime=wall)
+        if extra_tag:
+            writer.add_scalar(extra_tag, 1000.0, step, walltime=wall)
+    writer.close()
+
+
+def test_learning_bench_reads_both_frameworks_event_files_in_raw_units(tmp_path, capsys):
+    import json
+    import sys
+
+    from bench import learning
+
+    start = 1_700_000_000.0
+    args = learning.parse_learning_args(["--env=doom_basic", "--frames=60000", "--seconds=90.5", "--",
+                                         "--seed=3"])
+    assert (args.frames, args.threshold, args.only) == (60_000, 40.0, ["sfx", "sf"])
+    preset = learning.PRESETS["doom_basic"]
+    sf_cmd = learning.build_command("sf", preset, args, tmp_path / "t", "e")
+    sfx_cmd = learning.build_command("sfx", preset, args, tmp_path / "t", "e")
+    assert sf_cmd[1:3] == ["-m", "sf_examples.vizdoom.train_vizdoom"] and sfx_cmd[1:3] == ["-m", "sfx.train"]
+    # SF's --train_for_seconds is an int; the extras come last, so they override the preset
+    assert "--train_for_seconds=91" in sf_cmd and sf_cmd[-1] == "--seed=3" and sfx_cmd[-1] == "--seed=3"
+    assert "--reward_scale=0.01" in sfx_cmd and "--reward_scale=0.01" not in sf_cmd
+
+    # sfx: raw rewards under `reward`; crosses 40 at the third point (frames 24,576, 30 s after launch)
+    sfx_dir = tmp_path / "sfx_train_dir" / "doom_basic_sfx"
+    _write_scalars(sfx_dir / ".summary" / "0", "reward",
+                   [(8192, start + 10, -300.0), (16384, start + 20, 12.5), (24576, start + 30, 45.0),
+                    (32768, start + 40, 38.0), (40960, start + 50, 80.0)], extra_tag="fps")
+    # Sample Factory: its doom_basic env returns reward x 0.01, so 0.5 logged = 50 raw
+    sf_dir = tmp_path / "sf_train_dir" / "doom_basic_sf"
+    _write_scalars(sf_dir / ".summary" / "0", "reward/reward",
+                   [(20480, start + 25, 0.1), (40960, start + 45, 0.5), (61440, start + 65, 0.75)],
+                   extra_tag="perf/_fps")
+    (sf_dir / "config.json").write_text(json.dumps({"batched_sampling": False, "reward_scale": 1.0}))
+
+    run = {"status": "done", "reason": "", "start_time": start, "wall_sec": 70.0, "log": "x.log", "command": ["x"]}
+    sfx = learning.collect("sfx", preset, run, sfx_dir, 40.0)
+    sf = learning.collect("sf", preset, run, sf_dir, 40.0)
+    assert sfx["curve"]["reward"] == [-300.0, 12.5, 45.0, 38.0, 80.0]
+    assert sfx["curve"]["seconds"] == pytest.approx([10, 20, 30, 40, 50])
+    s = sfx["summary"]
+    assert (s["frames_to_threshold"], s["seconds_to_threshold"]) == (24576, pytest.approx(30.0))
+    assert (s["final_reward"], s["max_reward"], s["total_frames"]) == (80.0, 80.0, 40960)
+    assert s["fps"] == pytest.approx((40960 - 8192) / 40.0) and s["reward_factor"] == 1.0
+    assert sf["curve"]["reward"] == pytest.approx([10.0, 50.0, 75.0])
+    s = sf["summary"]
+    assert s["reward_tag"] == "reward/reward" and s["reward_factor"] == 100.0
+    assert "RewardScalingWrapper" in s["conversion"]
+    assert (s["frames_to_threshold"], s["seconds_to_threshold"]) == (40960, pytest.approx(45.0))
+    assert s["final_reward"] == pytest.approx(75.0) and s["total_frames"] == 61440
+
+    # never crossing, a missing tag, SF's batched sampler (sums after --reward_scale)
+    never = learning.read_curve({"reward": [(1, start, 5.0)]}, "reward", 1.0, start)
+    assert learning.first_crossing(never, 6.0) is None and learning.first_crossing(never, 5.0) == 0
+    empty = learning.collect("sf", learning.PRESETS["atari_breakout"], run, sf_dir, 10.0)["summary"]
+    assert empty["final_reward"] is None and "RecordEpisodeStatistics_reward" in empty["note"]
+    assert learning.sf_reward_factor(preset, {"batched_sampling": True, "reward_scale": 0.5})[0] == 200.0
+
+    table = learning.format_table({"sfx": sfx, "sf": {"summary": empty, "curve": {}}}, 40.0).splitlines()
+    assert table[2].split()[:4] == ["sfx", "done", "24,576", "30"]
+    assert table[3].split()[-6:] == ["-", "-", "-", "61,440", "70", "1,024"]
+    learning.plot({"sfx": sfx, "sf": sf}, 40.0, "t", tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+    # end to end with stand-ins for both pythons: one writes its events and exits 0, one crashes
+    fake_ok, fake_crash = tmp_path / "ok.py", tmp_path / "crash.py"
+    fake_ok.write_text(f"#!{sys.executable}\n" + (
+        "import pathlib, sys, time\n"
+        "from tensorboard.compat.proto.event_pb2 import Event\n"
+        "from tensorboard.compat.proto.summary_pb2 import Summary\n"
+        "from tensorboard.summary.writer.event_file_writer import EventFileWriter\n"
+        "a = dict(x[2:].split('=', 1) for x in sys.argv[3:] if '=' in x)\n"
+        "w = EventFileWriter(str(pathlib.Path(a['train_dir']) / a['experiment'] / '.summary' / '0'))\n"
+        "values = [Summary.Value(tag=t, simple_value=500.0) for t in ('reward', 'reward/reward')]\n"
+        "w.add_event(Event(wall_time=time.time(), step=int(a['train_for_env_steps']), summary=Summary(value=values)))\n"
+        "w.close()\n"))
+    fake_crash.write_text(f"#!{sys.executable}\nimport sys\nprint('boom: no such env'); sys.exit(3)\n")
+    for f in (fake_ok, fake_crash):
+        f.chmod(0o755)
+    argv = ["--env=cartpole", "--frames=1000", f"--out={tmp_path / 'out'}", f"--sfx_python={fake_ok}"]
+    assert learning.main([*argv, f"--sf_python={fake_ok}"]) == 0
+    out = capsys.readouterr().out
+    assert "frames to 475" in out and "wrote " in out
+    summary = json.loads((tmp_path / "out" / "learning_cartpole.json").read_text())
+    assert summary["runs"]["sfx"]["summary"]["frames_to_threshold"] == 1000
+    assert summary["runs"]["sf"]["curve"]["reward"] == [500.0]
+    assert (tmp_path / "out" / "learning_cartpole.png").exists()
+    assert learning.main([*argv, f"--sf_python={fake_ok}"]) == 2  # never resumes an old run
+    assert "already exist" in capsys.readouterr().err
+    argv[2] = f"--out={tmp_path / 'out2'}"
+    assert learning.main([*argv, f"--sf_python={fake_crash}", "--only=sf"]) == 1
+    out = capsys.readouterr().out
+    assert "crashed (exit code 3)" in out and "boom: no such env" in out

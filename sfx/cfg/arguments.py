@@ -87,6 +87,14 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--heartbeat_timeout_sec", type=float, default=120.0,
                    help="a rollout or policy worker silent this long (hung env, deadlock) gets its stacks dumped into "
                         "sf_log.txt and is restarted")
+    g.add_argument("--reset_timeout_seconds", type=float, default=120.0,
+                   help="a rollout or policy worker that has not made and reset its envs (its first heartbeat) "
+                        "this long after it started is restarted like a hung one (at least 3 x "
+                        "--heartbeat_timeout_sec; --decorrelate_experience_max_seconds is added)")
+    g.add_argument("--decorrelate_experience_max_seconds", type=float, default=0.0,
+                   help="each rollout worker waits a random time up to this before it resets its envs and starts, "
+                        "so that episodes (and slow resets) of different workers do not run in lockstep and "
+                        "learner batches do not come in bursts; 0 = all start at once")
     g.add_argument("--max_component_restarts", type=int, default=10,
                    help="restarts allowed per rollout / policy worker (after a crash, a kill or a hang) before the "
                         "run stops; 0 = stop at the first failure")

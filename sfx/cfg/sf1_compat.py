@@ -144,6 +144,11 @@ def add_sf1_compat_args(parser: argparse.ArgumentParser) -> None:
                    why="sfx's conv and resnet encoders end in exactly one fully connected layer of --hidden_size "
                        "(SF1's default); other counts are not implemented",
                    help="fully connected layers after the image encoder; sfx always has 1 (SF1's default)")
+    g.add_argument("--num_minibatches_to_accumulate", type=int, default=-1, metavar="N",
+                   help="SF1: minibatches the learner may hold before sampling pauses (0 = sampling pauses while "
+                        "it trains). Any value is accepted and changes nothing: sfx bounds how far sampling runs "
+                        "ahead of the learner with its trajectory slots (--traj_buffers_excess_ratio) and drops "
+                        "samples older than --max_policy_lag")
 
     g = parser.add_argument_group(
         ALIAS_GROUP,

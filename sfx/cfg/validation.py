@@ -52,6 +52,11 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
             raise ConfigError(f"--{name}={value} must be in [0, 1)")
     if getattr(cfg, "max_component_restarts", 0) < 0:
         raise ConfigError(f"--max_component_restarts={cfg.max_component_restarts} must be >= 0")
+    if cfg.reset_timeout_seconds <= 0:
+        raise ConfigError(f"--reset_timeout_seconds={cfg.reset_timeout_seconds} must be > 0")
+    if cfg.decorrelate_experience_max_seconds < 0:
+        raise ConfigError(f"--decorrelate_experience_max_seconds={cfg.decorrelate_experience_max_seconds} must be "
+                          f">= 0 (0 = no delay)")
     if getattr(cfg, "heartbeat_timeout_sec", 1.0) <= 0:
         raise ConfigError(f"--heartbeat_timeout_sec={cfg.heartbeat_timeout_sec} must be > 0")
     if getattr(cfg, "learner_main_loop_num_cores", 0) < 0:

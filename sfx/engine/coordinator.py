@@ -367,7 +367,6 @@ def _put_or_raise(q: Any, items: list, what: str, timeout_sec: float = 5.0) -> N
         raise LockedQueueError(f"the queue of {what} stayed locked for {timeout_sec:.0f} s")
 
 
-STARTUP_GRACE_SEC = 60.0  # a component's first heartbeat may take this long (imports, env creation)
 MAX_SPARE_QUEUES = 8  # fresh request/answer queues for restarts; later restarts reuse the first ones
 INBOX_QUEUE_BYTES = 128 * 1024  # a rollout worker's answers are a few dozen bytes each
 REQUEST_QUEUE_BYTES = 1024 * 1024  # requests: one small index array per worker and split
@@ -412,6 +411,12 @@ class ProcessRuntime:
     def dead_components(self) -> list[str]:
         return [n for n, p in self.procs.items() if not p.is_alive()]
 
+    def startup_limit_sec(self, timeout_sec: float) -> float:
+        """How long a component may take to its first heartbeat (imports, env creation and reset, the
+        decorrelation delay): --reset_timeout_seconds, at least 3 heartbeat timeouts."""
+        cfg = self.w.cfg
+        return max(cfg.reset_timeout_seconds, 3 * timeout_sec) + cfg.decorrelate_experience_max_seconds
+
     def stalled_components(self, timeout_sec: float, now: float | None = None) -> list[str]:
         """Rollout and policy workers without a heartbeat for ``timeout_sec`` (learners are left
         out: one training iteration of a big model can legitimately take long)."""
@@ -425,7 +430,7 @@ class ProcessRuntime:
             launched = self.launched[name]
             # until its first beat a component is importing and making envs, which on a loaded machine
             # (or for envs that compile levels) takes much longer than a step: a longer grace period
-            limit = timeout_sec if last > launched else max(STARTUP_GRACE_SEC, 3 * timeout_sec)
+            limit = timeout_sec if last > launched else self.startup_limit_sec(timeout_sec)
             if now - max(last, launched) > limit:
                 out.append(name)
         return out

@@ -104,8 +104,15 @@ class RolloutWorker:
     # ---------------------------------------------------------------- setup
 
     def start(self) -> None:
-        """Create and reset the envs, take a slot per agent and ask for the first actions."""
+        """Create and reset the envs, take a slot per agent and ask for the first actions (after a
+        random delay up to --decorrelate_experience_max_seconds, so workers do not run in lockstep)."""
         cfg = self.cfg
+        if cfg.decorrelate_experience_max_seconds > 0:
+            delay = float(self.rng.uniform(0.0, cfg.decorrelate_experience_max_seconds))
+            log.info("rollout worker %d starts in %.1f s (--decorrelate_experience_max_seconds)", self.worker_idx, delay)
+            deadline = time.time() + delay
+            while time.time() < deadline and not self.should_stop():
+                time.sleep(min(0.1, max(0.0, deadline - time.time())))
         for e in range(self.num_envs):
             env_id = self.worker_idx * self.num_envs + e
             env = self.make_env_fn(cfg, {"worker_index": self.worker_idx, "vector_index": e,

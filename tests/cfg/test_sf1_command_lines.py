@@ -46,11 +46,7 @@ MODULES = {
 # SF1 flags that change what a run does and that sfx does not implement yet (the lead's list):
 # flag -> SF1's default and meaning
 PENDING_FLAGS = {
-    "--decorrelate_experience_max_seconds": "10: each rollout worker starts after a random delay up to this",
-    "--reset_timeout_seconds": "120: a worker whose envs do not reset within this is restarted",
     "--obs_subtract_mean": "0.0: subtracted from observations before --obs_scale divides them",
-    "--num_minibatches_to_accumulate": "-1 (= 2 x num_batches_per_iteration): minibatches the learner may "
-                                       "hold before sampling pauses; 0 = sampling stops while training",
     "--actor_critic_share_weights": "True: actor and critic share the encoder and core",
     "--adaptive_stddev": "True: continuous actions' stddev is a network output, else one learned parameter",
 }
