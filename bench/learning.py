@@ -312,6 +312,9 @@ class Curve:
     frames: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
+    # per point: was it an average over a full window of episodes (empty: all were)
+    full: list[bool] = field(default_factory=list)
+    start_time: float = 0.0
 
     def to_dict(self) -> dict[str, list]:
         return {"frames": self.frames, "seconds": self.seconds, "reward": self.reward}
@@ -329,7 +332,7 @@ def read_events(summary_dir: str | os.PathLike) -> dict[str, list[tuple[int, flo
 def read_curve(events: dict[str, list[tuple[int, float, float]]], tag: str, factor: float,
                start_time: float) -> Curve:
     """The ``tag`` series times ``factor``, seconds counted from ``start_time``, in wall-time order."""
-    curve = Curve()
+    curve = Curve(start_time=start_time)
     for step, wall, value in sorted(events.get(tag, []), key=lambda e: (e[1], e[0])):
         curve.frames.append(int(step))
         curve.seconds.append(wall - start_time)
@@ -354,8 +357,28 @@ def sf_reward_factor(preset: Preset, sf_config: dict[str, Any] | None) -> tuple[
 
 
 def first_crossing(curve: Curve, threshold: float) -> int | None:
-    """Index of the first logged average at or above ``threshold``; None if it never gets there."""
-    return next((i for i, r in enumerate(curve.reward) if r >= threshold), None)
+    """Index of the first logged average at or above ``threshold`` over a full window of episodes; None
+    if it never gets there."""
+    full = curve.full or [True] * len(curve.reward)
+    return next((i for i, (r, f) in enumerate(zip(curve.reward, full)) if f and r >= threshold), None)
+
+
+def mark_full_windows(curve: Curve, events: dict[str, list[tuple[int, float, float]]], stats_avg: int) -> None:
+    """sfx writes ``reward`` from its first episode on, over a part-filled window (Sample Factory waits for
+    a full one): mark the points logged once ``stats_avg`` episodes had ended (sfx's ``episodes`` scalar,
+    written with them), so that a lucky first few episodes do not count as reaching the threshold."""
+    if not events.get("episodes"):  # written by an sfx older than that scalar: every point counts
+        curve.full = []
+        return
+    ended = {(step, round(wall, 3)): value for step, wall, value in events.get("episodes", [])}
+    counts = sorted((wall, value) for _, wall, value in events.get("episodes", []))
+    curve.full = []
+    for frames, seconds in zip(curve.frames, curve.seconds):
+        wall = seconds + curve.start_time
+        n = ended.get((frames, round(wall, 3)))
+        if n is None:  # no point written together: the latest count logged up to then
+            n = max((v for w, v in counts if w <= wall + 1e-3), default=0.0)
+        curve.full.append(n >= stats_avg)
 
 
 def training_fps(events: dict[str, list[tuple[int, float, float]]]) -> float:
@@ -397,6 +420,10 @@ def collect(framework: str, preset: Preset, run: dict[str, Any], exp_dir: Path, 
     else:
         tag, factor, note = SFX_REWARD_TAG, 1.0, "none: sfx logs the env's raw episode reward"
     curve = read_curve(events, tag, factor, run["start_time"])
+    if framework == "sfx":
+        cfg_path = exp_dir / "cfg.json"
+        stats_avg = int(json.loads(cfg_path.read_text()).get("stats_avg", 100)) if cfg_path.exists() else 100
+        mark_full_windows(curve, events, stats_avg)
     summary = summarize(curve, events, threshold, run)
     summary.update(reward_tag=tag, reward_factor=factor, conversion=note, train_dir=str(exp_dir),
                    log=run.get("log"), command=run.get("command"))

@@ -3,6 +3,13 @@
 Loads the run module's ``RUN_DESCRIPTION``, expands it under ``--train_dir``, skips experiments that
 already finished (their ``done`` file) and hands the rest to the chosen backend. Bad input prints
 ``error: <message>`` and exits with status 2.
+
+Sample Factory 1.x's runner command lines run with only the module path changed: its flags are
+sfx's flags of the same name (``--train_dir``, ``--run``, ``--runner``, ``--max_parallel``,
+``--pause_between``, ``--num_gpus``, ``--experiments_per_gpu``, ``--experiment_suffix``,
+``--slurm_gpus_per_job``, ``--slurm_cpus_per_gpu``, ``--slurm_partition``, ``--slurm_workdir``,
+``--slurm_sbatch_template``, ``--ngc_job_template``), and ``--slurm_print_only`` /
+``--ngc_print_only`` are ``--dry_run`` for that runner (:data:`PRINT_ONLY_FLAGS`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import importlib.util
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +37,8 @@ from sfx_runner.status import print_status
 # the project's run modules, for `--run=quickstart` wherever the command is started from
 REPO_RUNS_DIR = Path(__file__).resolve().parents[1] / "runs"
 RUNS_PACKAGE = "runs"
+# Sample Factory 1.x's "print what would be submitted, submit nothing" flags: --dry_run for their runner
+PRINT_ONLY_FLAGS: dict[str, str] = {"slurm": "slurm_print_only", "ngc": "ngc_print_only"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +65,9 @@ def build_parser(runner: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--runner", default="processes", choices=list(BACKENDS), help="where the experiments run")
     parser.add_argument("--train_dir", default="./train_dir",
                         help="root folder; experiments go to <train_dir>/<run_name>/<experiment>/")
+    parser.add_argument("--experiment_suffix", default=None, metavar="SUFFIX",
+                        help="append '_SUFFIX' to the run's folder: <train_dir>/<run_name>_SUFFIX/, e.g. to keep a "
+                             "relaunch apart; overrides the run description's experiment_suffix (none: its own)")
     _add_bool(parser, "--dry_run", "print what would be launched, launch nothing")
     _add_bool(parser, "--status", "print each experiment's state, env steps, reward and folder, then exit")
     _add_bool(parser, "--json", "with --status: a JSON list instead of the table")
@@ -176,6 +189,33 @@ def _say(message: str) -> None:
     print(f"[runner] {message}", flush=True)
 
 
+def print_only(args: argparse.Namespace) -> bool:
+    """Whether the chosen runner's print-only flag (Sample Factory 1.x's ``--slurm_print_only`` /
+    ``--ngc_print_only``) asks for a dry run.
+
+    Raises:
+        RunnerError: another runner's print-only flag is on: it would not stop this runner from launching.
+    """
+    for runner, dest in PRINT_ONLY_FLAGS.items():
+        if runner != args.runner and getattr(args, dest, False):
+            raise RunnerError(f"--{dest}=True goes with --runner={runner}, not --runner={args.runner}; "
+                              f"use --dry_run to print what --runner={args.runner} would launch")
+    dest = PRINT_ONLY_FLAGS.get(args.runner)
+    return bool(dest and getattr(args, dest, False))
+
+
+def apply_experiment_suffix(run: RunDescription, suffix: str | None) -> None:
+    """Set ``run.experiment_suffix`` from ``--experiment_suffix`` (None: the flag was not given, the
+    run description's own suffix stays; ``""`` removes it)."""
+    if suffix is None:
+        return
+    try:
+        run.experiment_suffix = suffix
+    except RunnerError:
+        raise RunnerError(f"--experiment_suffix={suffix!r} is not allowed: use up to 50 letters, digits, '_', '.', "
+                          f"'-' (it becomes part of the run's folder name)") from None
+
+
 def _run(argv: list[str]) -> int:
     # the chosen backend first: its flags must load even if another backend's module is broken
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # --run is not short for --runner
@@ -184,8 +224,10 @@ def _run(argv: list[str]) -> int:
     args = build_parser(runner).parse_args(argv)
     if args.json and not args.status:
         raise RunnerError("--json only goes with --status")
+    dry_run = args.dry_run or print_only(args)
 
     run = load_run_description(args.run)
+    apply_experiment_suffix(run, args.experiment_suffix)
     specs = select(run.generate_experiments(args.train_dir), args.only)
     if args.status:
         print_status(specs, as_json=args.json)
@@ -202,15 +244,35 @@ def _run(argv: list[str]) -> int:
         _say("every experiment has finished; nothing to launch (to train one further, raise its "
              "--train_for_env_steps and delete its done file)")
         return 0
-    if args.dry_run:
+    if dry_run:
         backend.dry_run(todo, run)
         return 0
     return backend.launch(todo, run)
 
 
+_SFX_RUNNER_DIR = str(Path(__file__).resolve().parent)
+
+
+def format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                   line: str | None = None) -> str:
+    """A warning as one line, like the CLI's errors: ``warning: <message>``, with where it was raised
+    when that is the user's code (a run module), not sfx_runner's."""
+    where = "" if str(Path(filename).resolve()).startswith(_SFX_RUNNER_DIR) else f" ({filename}:{lineno})"
+    return f"warning: {message}{where}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sfx.runner.run``; returns the exit status (2 on bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    previous_format = warnings.formatwarning
+    warnings.formatwarning = format_warning
+    try:
+        return _main(argv)
+    finally:
+        warnings.formatwarning = previous_format
+
+
+def _main(argv: list[str]) -> int:
     try:
         return _run(argv)
     except RunnerError as e:
@@ -228,4 +290,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-__all__ = ["available_run_modules", "build_parser", "import_run_module", "load_run_description", "main", "select"]
+__all__ = ["PRINT_ONLY_FLAGS", "apply_experiment_suffix", "available_run_modules", "build_parser", "format_warning",
+           "import_run_module", "load_run_description", "main", "print_only", "select"]

@@ -10,6 +10,8 @@ to the same names, which is what lets a relaunch find (and skip or resume) its e
 Command lines are lists from start to end (never re-split): the ``cmd`` string is split once with
 :func:`shlex.split`, then ``--key=value`` per parameter, then ``--train_dir=<train_dir>/<run_name>``
 and ``--experiment=<name>`` are appended. A value with spaces or quotes reaches the program exactly.
+An ``--experiment`` that the cmd sets itself is dropped with a warning (Sample Factory 1.x's runner
+appended its own after it, which won): each command line names its experiment exactly once.
 
 Sample Factory 1.x run descriptions load with only their import changed (``from sfx_runner import
 ...``): see :class:`Experiment` and :class:`RunDescription` for what they accept and what differs.
@@ -130,8 +132,10 @@ class Experiment:
     Args:
         name: short name, part of every experiment folder name (letters, digits, ``_ . -``).
         cmd: the command, as in a shell: ``"python -m sfx.train --env=gym_CartPole-v1 --num_workers=1"``.
-            It must not set the experiment's folder itself (``--train_dir``, ``--experiment``): the
-            runner appends those.
+            The runner appends the experiment's folder flags (``--train_dir``, ``--experiment``): a cmd
+            that sets ``--train_dir`` is refused; an ``--experiment`` in it (Sample Factory 1.x's
+            ``runs/doom_basic.py`` has one) is dropped with a warning, and the runner's generated name
+            is used, as with SF1, whose runner appended its own ``--experiment`` after it.
         param_generator: a :class:`ParamGrid`, a :class:`ParamList`, any iterable of dicts (a list, or
             Sample Factory 1.x's ``grid.generate_params(randomize=False)``: read once, here), or None
             (one experiment with the command as is).
@@ -210,6 +214,28 @@ def _sets_flag(argv: list[str], flag: str) -> str | None:
         if arg == flag or arg.startswith(flag + "="):
             return arg
     return None
+
+
+def _drop_flag(argv: list[str], flag: str) -> tuple[list[str], list[str]]:
+    """``argv`` without every setting of ``flag`` (``--x=v``, or ``--x`` and the value after it), and
+    the dropped settings as they were written (``["--x=v"]``, ``["--x v"]``)."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith(flag + "="):
+            dropped.append(arg)
+        elif arg == flag:
+            if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                dropped.append(shlex.join(argv[i:i + 2]))
+                i += 1
+            else:
+                dropped.append(arg)
+        else:
+            kept.append(arg)
+        i += 1
+    return kept, dropped
 
 
 class RunDescription:
@@ -307,9 +333,15 @@ class RunDescription:
     def generate_experiments(self, train_dir: str | os.PathLike) -> list[ExperimentSpec]:
         """Every experiment of the run, in order, with its name, command and folder under ``train_dir``.
 
+        A cmd that sets the experiment's name (``--experiment=x``) loses that argument, with one
+        :class:`UserWarning` per experiment naming it: the runner's generated name is used (what
+        Sample Factory 1.x's runner did by appending its own ``--experiment`` after the cmd's).
+
         Raises:
-            RunnerError: an experiment without parameter sets, a parameter or a cmd that sets the
-                folder flags the runner appends, a parameter set twice (in the cmd and the grid).
+            RunnerError: an experiment without parameter sets, a parameter named like a folder flag the
+                runner appends (``experiment``, ``train_dir``: every experiment of a sweep would write
+                into one folder), a cmd that sets ``--train_dir``, a parameter set twice (in the cmd and
+                the grid) with different values.
         """
         run_dir = self.run_dir(train_dir)
         expanded: list[tuple[Experiment, list[dict[str, ParamValue]]]] = []
@@ -325,7 +357,7 @@ class RunDescription:
         specs: list[ExperimentSpec] = []
         index = 0
         for exp, sets in expanded:
-            self._check_cmd(exp, sets)
+            base_argv = self._check_cmd(exp, sets)
             short = short_keys(k for params in sets for k in params)
             for params in sets:
                 name = f"{index:0{width}d}_{exp.name}"
@@ -333,7 +365,7 @@ class RunDescription:
                     name += "_" + "_".join(f"{short[k]}={_name_value(v)}" for k, v in params.items())
                 name = name[:MAX_NAME_CHARS].rstrip("_-")
                 exp_dir = run_dir / name
-                argv = list(exp.base_argv)
+                argv = list(base_argv)
                 argv += [f"{self.param_prefix}{k}={format_value(v)}" for k, v in params.items()]
                 if self.experiment_dirs_sf_format:
                     argv += [f"{self.experiment_dir_arg_name}={run_dir}", f"{self.experiment_arg_name}={name}"]
@@ -349,8 +381,19 @@ class RunDescription:
             raise RunnerError(f"run {self.run_name!r}: experiment names are not unique: {names}")
         return specs
 
-    def _check_cmd(self, exp: Experiment, sets: list[dict[str, ParamValue]]) -> None:
+    def _check_cmd(self, exp: Experiment, sets: list[dict[str, ParamValue]]) -> list[str]:
+        """The cmd's arguments to build on (its own ``--experiment`` dropped, with a warning), or
+        :class:`RunnerError` for a cmd or parameters that conflict with what the runner appends."""
+        base_argv = list(exp.base_argv)
         for flag in self._appended_flags():
+            if flag == self.experiment_arg_name:
+                base_argv, dropped = _drop_flag(base_argv, flag)
+                if dropped:
+                    warnings.warn(f"run {self.run_name!r}: the cmd of experiment {exp.name!r} sets "
+                                  f"{' '.join(repr(d) for d in dropped)}; dropped: the runner names each experiment "
+                                  f"itself ({flag}=<index>_{exp.name}..., as Sample Factory 1.x's runner did)",
+                                  UserWarning, stacklevel=3)
+                continue
             given = _sets_flag(exp.base_argv, flag)
             if given is not None:
                 raise RunnerError(f"run {self.run_name!r}: the cmd of experiment {exp.name!r} sets {given!r}; "
@@ -369,6 +412,7 @@ class RunDescription:
                 if given is not None and not _same_value(exp.base_argv, given, key, sets):
                     raise RunnerError(f"run {self.run_name!r}: experiment {exp.name!r} sets {key!r} both in its "
                                       f"cmd ({given!r}) and in its parameters; keep one")
+        return base_argv
 
     def __repr__(self) -> str:
         return f"RunDescription({self.run_name!r}, {len(self.experiments)} experiments)"

@@ -223,3 +223,19 @@ def test_learning_bench_reads_both_frameworks_event_files_in_raw_units(tmp_path,
     assert learning.main([*argv, f"--sf_python={fake_crash}", "--only=sf"]) == 1
     out = capsys.readouterr().out
     assert "crashed (exit code 3)" in out and "boom: no such env" in out
+
+
+def test_learning_bench_counts_only_full_windows_for_sfx():
+    """sfx logs `reward` from its first episode on: a lucky average over a few episodes is not a crossing."""
+    from bench import learning
+
+    events = {
+        "reward": [(0, 100.0, 55.0), (20_000, 105.0, -120.0), (40_000, 110.0, 20.0), (60_000, 115.0, 45.0)],
+        "episodes": [(0, 100.0, 3.0), (20_000, 105.0, 90.0), (40_000, 110.0, 150.0), (60_000, 115.0, 220.0)],
+    }
+    curve = learning.read_curve(events, "reward", 1.0, start_time=90.0)
+    assert learning.first_crossing(curve, 40.0) == 0, "without the marks the first point counts"
+    learning.mark_full_windows(curve, events, stats_avg=100)
+    assert curve.full == [False, False, True, True]
+    assert learning.first_crossing(curve, 40.0) == 3
+    assert curve.frames[3] == 60_000 and curve.seconds[3] == 25.0

@@ -188,7 +188,19 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--policy_initialization", choices=["orthogonal", "xavier_uniform", "torch_default"],
                    default="orthogonal", help="weight initialization of the encoder layers")
     g.add_argument("--policy_init_gain", type=float, default=1.0, help="gain of that initialization")
+    add_bool_arg(g, "actor_critic_share_weights", True,
+                 "actor and critic share one encoder and core; False = two separate networks, each with its own "
+                 "encoder and core (with an RNN the recurrent state holds both cores' states)")
+    add_bool_arg(g, "adaptive_stddev", True,
+                 "continuous (Box) actions: the stddev is an output of the action head (state-dependent); False = "
+                 "one learned stddev per action dimension, independent of the observation. Discrete actions "
+                 "ignore it")
+    g.add_argument("--initial_stddev", type=float, default=1.0,
+                   help="with --adaptive_stddev=False: the learned stddev's initial value (continuous actions only)")
     g.add_argument("--obs_scale", type=float, default=255.0, help="image observations are divided by this")
+    g.add_argument("--obs_subtract_mean", type=float, default=0.0,
+                   help="subtracted from integer (e.g. uint8) image observations before --obs_scale divides them: "
+                        "(x - obs_subtract_mean) / obs_scale; vector observations are left alone")
     g.add_argument("--mixed_precision", choices=["auto", "bf16", "off"], default="auto",
                    help="image encoders compute in bfloat16 (weights, core, heads and losses stay float32): "
                         "bf16, off, or auto = bf16 where the CPU/GPU has native bfloat16 (AVX512-BF16, AMX, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -67,6 +68,10 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
             raise ConfigError(f"--{name}={value} must be >= 0")
     if cfg.save_milestones_sec <= 0 and cfg.save_milestones_sec != -1:
         raise ConfigError(f"--save_milestones_sec={cfg.save_milestones_sec} must be > 0, or -1 for never")
+    if not 0.0 < cfg.initial_stddev < math.inf:
+        raise ConfigError(f"--initial_stddev={cfg.initial_stddev} must be a finite number > 0")
+    if not math.isfinite(cfg.obs_subtract_mean):
+        raise ConfigError(f"--obs_subtract_mean={cfg.obs_subtract_mean} must be a finite number")
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 

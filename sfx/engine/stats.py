@@ -116,6 +116,9 @@ class PolicyStats:
         for k, vs in self.new_episodes.items():
             if vs:
                 out[k if k in ("reward", "len") else f"episode/{k}"] = sum(self.episodes[k]) / len(self.episodes[k])
+        if self.new_episodes:
+            # episodes ended so far: tells a reader when `reward` became an average over a full --stats_avg window
+            out["episodes"] = float(self.num_episodes)
         self.new_episodes.clear()
         return out
 

@@ -6,21 +6,36 @@ resets inside) and the two agree exactly, so training on sequences sees what act
 
 Preprocessing, before any encoder (built-in or custom):
 
-* integer (e.g. uint8) image observations are divided by ``cfg.obs_scale``;
-* with ``cfg.normalize_input``, float vectors and (after that division) images are standardized
-  per element by a running mean/std, clipped to +-5: for an image that is per pixel and channel, so
-  the static background of a fixed-camera scene is subtracted and what moves stands out (Sample
-  Factory 2's behaviour for the same flag). The statistics are buffers (they travel in
-  ``state_dict`` and in published weights) and are updated only through ``update_obs_normalizer``
-  by the learner.
+* integer (e.g. uint8) image observations become ``(x - cfg.obs_subtract_mean) / cfg.obs_scale``
+  (Sample Factory 1.x's ``--obs_subtract_mean`` and ``--obs_scale``); vectors are left alone;
+* with ``cfg.normalize_input``, float vectors and images (scaled as above, which is what the
+  statistics describe) are standardized per element by a running mean/std, clipped to +-5: for an
+  image that is per pixel and channel, so the static background of a fixed-camera scene is
+  subtracted and what moves stands out (Sample Factory 2's behaviour for the same flag). The
+  statistics are buffers (they travel in ``state_dict`` and in published weights) and are updated
+  only through ``update_obs_normalizer`` by the learner.
 
 With ``cfg.normalize_returns`` the value head predicts returns standardized by
 ``returns_normalizer`` (the learner updates it from its targets); ``values`` are always given back
 in the env's reward scale.
+
+Two Sample Factory 1.x model options:
+
+* ``cfg.actor_critic_share_weights=False``: the actor and the critic are separate networks, each
+  with its own encoder and core (preprocessing and its statistics stay shared). With an RNN the
+  engine's flat per-agent state is the two cores' states concatenated, actor first
+  (``[B, S_actor + S_critic]``); an episode start zeroes the whole row, so both.
+* ``cfg.adaptive_stddev=False`` (Box actions only): the action head outputs the means only and the
+  log-stddev is one learned parameter per action dimension, initialised to
+  ``log(cfg.initial_stddev)`` and independent of the observation. ``action_params`` keep the layout
+  ``[mean, log_std]`` either way, so buffers, policy workers and the learner are the same. With
+  ``adaptive_stddev=True`` (the default) the log-stddev is a head output and ``initial_stddev`` is
+  not used, as in Sample Factory 1.x (zero biases start it near log 1).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import gymnasium as gym
@@ -28,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from sfx.algo.distributions import action_params_size
+from sfx.algo.distributions import LOG_STD_MAX, LOG_STD_MIN, action_params_size, action_shape
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.cfg import ConfigError
 from sfx.models.cores import make_core
@@ -41,21 +56,57 @@ from sfx.models.registry import resolve_encoder
 IMAGE_STATS_ROWS = 256  # frames per learner iteration folded into the image statistics
 
 
+class _SubtractedMeanStd(RunningMeanStd):
+    """Per-pixel statistics of ``(x - subtract) / scale`` for images with ``--obs_subtract_mean``.
+
+    The subtraction rides on ``RunningMeanStd``'s own arithmetic, so it costs nothing per frame:
+    ``update`` subtracts it from each batch's mean (the variance does not move), and the fused
+    ``x * a + b`` of ``normalize`` gets ``b = -(mean + subtract / scale) / std``, cached with ``a``.
+    Buffers and ``state_dict`` keys are those of ``RunningMeanStd``.
+    """
+
+    def __init__(self, shape: tuple[int, ...], subtract: float) -> None:
+        super().__init__(shape)
+        self.subtract = float(subtract)
+        self._shifted: tuple[torch.Tensor, torch.Tensor] | None = None  # (the base's b, our b)
+
+    def _batch_moments(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, var = RunningMeanStd._batch_moments(batch)
+        return mean - self.subtract, var
+
+    def _affine(self, x: torch.Tensor, dtype: torch.dtype, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = super()._affine(x, dtype, scale)
+        # the base hands back the same b until the statistics, dtype, device or layout change
+        if self._shifted is None or self._shifted[0] is not b:
+            shifted = -(self.mean + self.subtract / scale) / torch.sqrt(self.var + self.eps)  # float64
+            self._shifted = (b, torch.empty_like(b).copy_(shifted.reshape(b.shape)))  # b's layout
+        return a, self._shifted[1]
+
+
 class ActorCritic(nn.Module):
-    """Shared-trunk actor-critic over one observation / action space pair.
+    """Actor-critic over one observation / action space pair: one shared trunk, or (with
+    ``cfg.actor_critic_share_weights=False``) an actor trunk and a critic trunk.
 
     Attributes:
         obs_space, action_space: the gymnasium spaces it was built for.
-        encoder: observation ``[N, *obs_shape]`` -> ``[N, encoder.out_size]``.
-        core: ``IdentityCore`` or ``RnnCore`` (see ``sfx.models.cores`` for the state layout).
+        share_weights: ``cfg.actor_critic_share_weights``.
+        encoder, core: the shared trunk (``share_weights`` only). The encoder maps an observation
+            ``[N, *obs_shape]`` to ``[N, encoder.out_size]``; the core is an ``IdentityCore`` or an
+            ``RnnCore`` (see ``sfx.models.cores`` for the state layout).
+        actor_encoder, actor_core, critic_encoder, critic_core: the two trunks (separate weights only).
         rnn_state_size: flat recurrent state size ``S`` (0 without an RNN; callers then keep
-            one dummy column, which is passed through).
+            one dummy column, which is passed through). Separate weights: actor's + critic's.
         action_params_size: ``P``, width of ``action_params``.
+        action_head: ``[N, F] -> [N, P]``, or the means ``[N, P / 2]`` when ``action_log_std`` is set.
+        action_log_std: the state-independent log-stddev ``[P / 2]`` (``adaptive_stddev=False`` with
+            Box actions), else ``None``.
         obs_normalizer, returns_normalizer: ``RunningMeanStd`` or ``None``.
     """
 
     def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space,
                  encoder: nn.Module | None = None):
+        """``encoder``: a ready-made encoder for the shared trunk instead of the one ``cfg`` names
+        (shared weights only: separate trunks each build their own)."""
         super().__init__()
         self.obs_space = obs_space
         self.action_space = action_space
@@ -64,6 +115,9 @@ class ActorCritic(nn.Module):
         self.obs_scale = float(getattr(cfg, "obs_scale", 255.0))
         if self.obs_scale <= 0:
             raise ConfigError(f"obs_scale {self.obs_scale} is not valid; allowed: a number > 0")
+        self.obs_subtract_mean = float(getattr(cfg, "obs_subtract_mean", 0.0))
+        if not math.isfinite(self.obs_subtract_mean):
+            raise ConfigError(f"obs_subtract_mean {self.obs_subtract_mean} is not valid; allowed: a finite number")
         normalize_input = bool(getattr(cfg, "normalize_input", True))
         # per key: integer images are scaled, float vectors standardized, integer vectors are
         # token ids (kept as integers), anything else passes through as float
@@ -84,7 +138,9 @@ class ActorCritic(nn.Module):
                     # frames load into a model of the same env in CHW (and back)
                     if len(shape) == 3 and is_channels_last(shape):
                         self._hwc_keys.add(key)
-                    normalizers[key] = RunningMeanStd(chw_shape(shape) if len(shape) == 3 else shape)
+                    stats_shape = chw_shape(shape) if len(shape) == 3 else shape
+                    normalizers[key] = (_SubtractedMeanStd(stats_shape, self.obs_subtract_mean)
+                                        if integer and self.obs_subtract_mean != 0.0 else RunningMeanStd(stats_shape))
             elif len(shape) == 1 and integer and self.dict_obs:
                 self.obs_kinds[key] = "tokens"
             elif len(shape) == 1 and normalize_input:
@@ -102,28 +158,43 @@ class ActorCritic(nn.Module):
         self.returns_normalizer: RunningMeanStd | None = (
             RunningMeanStd((), clip=None) if getattr(cfg, "normalize_returns", False) else None)
 
-        if encoder is None:
-            name, factory = resolve_encoder(cfg, obs_space)
-            if factory is None:
-                encoder = (DictEncoder(cfg, obs_space, name) if self.dict_obs
-                           else make_builtin_encoder(name, cfg, obs_space.shape))
-                init_weights(encoder, getattr(cfg, "policy_initialization", "orthogonal"),
-                             float(getattr(cfg, "policy_init_gain", 1.0)))
-            else:
-                encoder = factory(cfg, obs_space)
-        out_size = getattr(encoder, "out_size", None)
-        if not isinstance(encoder, nn.Module) or not isinstance(out_size, (int, np.integer)) or out_size <= 0:
-            raise ConfigError(f"encoder {type(encoder).__name__} has out_size {out_size!r}; "
-                              f"allowed: an nn.Module with an integer out_size > 0")
-        self.encoder = encoder
-
-        self.core = make_core(cfg, int(out_size))
-        self.rnn_state_size: int = self.core.state_size
+        # Construction order (encoder, core, heads) is kept as before these options existed, so a
+        # seeded shared-weights model starts from the same weights.
+        self.share_weights = bool(getattr(cfg, "actor_critic_share_weights", True))
+        if self.share_weights:
+            self.encoder = self._make_encoder(cfg, obs_space, encoder)
+            self.core = make_core(cfg, int(self.encoder.out_size))
+            self.rnn_state_size: int = self.core.state_size
+            actor_features = critic_features = self.core.out_size
+        else:
+            if encoder is not None:
+                raise ValueError("a ready-made encoder needs actor_critic_share_weights=True; separate actor "
+                                 "and critic trunks each build their own encoder from cfg")
+            self.actor_encoder = self._make_encoder(cfg, obs_space)
+            self.actor_core = make_core(cfg, int(self.actor_encoder.out_size))
+            self.critic_encoder = self._make_encoder(cfg, obs_space)
+            self.critic_core = make_core(cfg, int(self.critic_encoder.out_size))
+            self.rnn_state_size = self.actor_core.state_size + self.critic_core.state_size
+            actor_features, critic_features = self.actor_core.out_size, self.critic_core.out_size
         self.action_params_size: int = action_params_size(action_space)
 
-        self.action_head = nn.Linear(self.core.out_size, self.action_params_size)
-        self.value_head = nn.Linear(self.core.out_size, 1)
-        import os as _os
+        # Sample Factory 1.x's non-adaptive stddev: the head gives the means, the log-stddev is a
+        # parameter of its own (discrete spaces have no stddev and ignore the option)
+        self.action_log_std: nn.Parameter | None = None
+        if isinstance(action_space, gym.spaces.Box) and not bool(getattr(cfg, "adaptive_stddev", True)):
+            initial_stddev = float(getattr(cfg, "initial_stddev", 1.0))
+            low, high = math.exp(LOG_STD_MIN), math.exp(LOG_STD_MAX)
+            # DiagGaussian clamps log_std to [LOG_STD_MIN, LOG_STD_MAX]: a parameter starting outside
+            # would get no gradient and never move
+            if not low <= initial_stddev <= high:
+                raise ConfigError(f"--initial_stddev={initial_stddev} is not valid with --adaptive_stddev=False; "
+                                  f"allowed: a number in [{low:.4g}, {high:.4g}] (the stddev range of continuous "
+                                  f"actions)")
+            self.action_head = nn.Linear(actor_features, action_shape(action_space))
+            self.action_log_std = nn.Parameter(torch.full((action_shape(action_space),), math.log(initial_stddev)))
+        else:
+            self.action_head = nn.Linear(actor_features, self.action_params_size)
+        self.value_head = nn.Linear(critic_features, 1)
         # The heads are initialised like the encoder (--policy_initialization, --policy_init_gain: orthogonal,
         # gain 1, as in Sample Factory). A near-uniform policy head (orthogonal gain 0.01, as "What matters in
         # on-policy RL" advises for separate policy and value networks) starves the shared trunk of policy
@@ -135,6 +206,24 @@ class ActorCritic(nn.Module):
         gain = float(getattr(cfg, "policy_init_gain", 1.0))
         init_weights(self.action_head, scheme, gain)
         init_weights(self.value_head, scheme, gain)
+
+    @staticmethod
+    def _make_encoder(cfg: Any, obs_space: gym.Space, encoder: nn.Module | None = None) -> nn.Module:
+        """The encoder ``cfg`` names (a custom factory is called once per call), checked."""
+        if encoder is None:
+            name, factory = resolve_encoder(cfg, obs_space)
+            if factory is None:
+                encoder = (DictEncoder(cfg, obs_space, name) if isinstance(obs_space, gym.spaces.Dict)
+                           else make_builtin_encoder(name, cfg, obs_space.shape))
+                init_weights(encoder, getattr(cfg, "policy_initialization", "orthogonal"),
+                             float(getattr(cfg, "policy_init_gain", 1.0)))
+            else:
+                encoder = factory(cfg, obs_space)
+        out_size = getattr(encoder, "out_size", None)
+        if not isinstance(encoder, nn.Module) or not isinstance(out_size, (int, np.integer)) or out_size <= 0:
+            raise ConfigError(f"encoder {type(encoder).__name__} has out_size {out_size!r}; "
+                              f"allowed: an nn.Module with an integer out_size > 0")
+        return encoder
 
     # ----- normalizers -----------------------------------------------------------------------
 
@@ -149,7 +238,10 @@ class ActorCritic(nn.Module):
 
     def preprocess_obs(self, obs: torch.Tensor | Mapping[str, torch.Tensor]) -> Any:
         """Raw observations (as stored in buffers) -> encoder input: a float tensor for a Box
-        space, ``{key: tensor}`` for a Dict space (token ids stay integers)."""
+        space, ``{key: tensor}`` for a Dict space (token ids stay integers). Integer images become
+        ``(x - obs_subtract_mean) / obs_scale``, then standardized with ``normalize_input``; with
+        separate actor and critic both encoders read this one result (so neither may change it in
+        place)."""
         out = {}
         for key, x in as_obs_dict(obs).items():
             kind = self.obs_kinds[key]
@@ -160,6 +252,10 @@ class ActorCritic(nn.Module):
                 norm = self._normalizer(key)
                 if norm is None:
                     x = x.float()  # keeps the memory format
+                    if kind == "scaled" and self.obs_subtract_mean != 0.0:
+                        # in place on the float copy, and exactly SF1's (x - mean) / scale; a promoting
+                        # torch.sub(uint8, mean) instead of the plain conversion measured slower
+                        x.sub_(self.obs_subtract_mean)
                     out[key] = x.div_(scale) if kind == "scaled" else x
                 elif key in self._hwc_keys:  # statistics are (C, H, W): normalize a CHW view
                     out[key] = norm.normalize(x.movedim(-1, -3), scale).movedim(-3, -1)
@@ -214,6 +310,20 @@ class ActorCritic(nn.Module):
 
     # ----- forward passes --------------------------------------------------------------------
 
+    def _action_params(self, x: torch.Tensor) -> torch.Tensor:
+        """Actor features ``[N, F]`` -> ``action_params [N, P]`` (``[mean, log_std]`` for Box actions)."""
+        params = self.action_head(x)
+        if self.action_log_std is None:
+            return params
+        return torch.cat([params, self.action_log_std.expand(params.shape[0], -1)], dim=-1)
+
+    def _split_states(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Separate weights: ``[B, S]`` -> the actor's ``[B, S_a]`` and the critic's ``[B, S_c]``
+        (without an RNN both get the dummy column, which they pass through)."""
+        if self.rnn_state_size == 0:
+            return states, states
+        return states[:, :self.actor_core.state_size], states[:, self.actor_core.state_size:]
+
     def forward_step(self, obs: torch.Tensor | Mapping[str, torch.Tensor],
                      rnn_states: torch.Tensor) -> dict[str, torch.Tensor]:
         """One step for a batch of agents.
@@ -227,11 +337,18 @@ class ActorCritic(nn.Module):
             ``action_params [B, P]``, ``values [B]`` (reward scale), ``values_normalized [B]``,
             ``new_rnn_states [B, S]``.
         """
-        x = self.encoder(self.preprocess_obs(obs))
-        x, new_states = self.core.forward_step(x, rnn_states)
-        values_norm = self.value_head(x).squeeze(-1)
+        x = self.preprocess_obs(obs)
+        if self.share_weights:
+            actor_x, new_states = self.core.forward_step(self.encoder(x), rnn_states)
+            critic_x = actor_x
+        else:
+            actor_states, critic_states = self._split_states(rnn_states)
+            actor_x, new_actor = self.actor_core.forward_step(self.actor_encoder(x), actor_states)
+            critic_x, new_critic = self.critic_core.forward_step(self.critic_encoder(x), critic_states)
+            new_states = rnn_states if self.rnn_state_size == 0 else torch.cat([new_actor, new_critic], dim=1)
+        values_norm = self.value_head(critic_x).squeeze(-1)
         return {
-            "action_params": self.action_head(x),
+            "action_params": self._action_params(actor_x),
             "values": self.denormalize_values(values_norm),
             "values_normalized": values_norm,
             "new_rnn_states": new_states,
@@ -251,12 +368,19 @@ class ActorCritic(nn.Module):
         """
         B, T = resets.shape
         flat = map_obs(lambda v: v.reshape(B * T, *v.shape[2:]), as_obs_dict(obs))
-        x = self.encoder(self.preprocess_obs(flat))
-        x = self.core.forward_sequence(x.reshape(B, T, -1), rnn_init, resets)
-        x = x.reshape(B * T, -1)
-        values_norm = self.value_head(x).reshape(B, T)
+        x = self.preprocess_obs(flat)
+        if self.share_weights:
+            actor_x = self.core.forward_sequence(self.encoder(x).reshape(B, T, -1), rnn_init, resets)
+            actor_x = critic_x = actor_x.reshape(B * T, -1)
+        else:
+            actor_init, critic_init = self._split_states(rnn_init)
+            actor_x = self.actor_core.forward_sequence(self.actor_encoder(x).reshape(B, T, -1), actor_init, resets)
+            critic_x = self.critic_core.forward_sequence(self.critic_encoder(x).reshape(B, T, -1), critic_init,
+                                                         resets)
+            actor_x, critic_x = actor_x.reshape(B * T, -1), critic_x.reshape(B * T, -1)
+        values_norm = self.value_head(critic_x).reshape(B, T)
         return {
-            "action_params": self.action_head(x).reshape(B, T, -1),
+            "action_params": self._action_params(actor_x).reshape(B, T, -1),
             "values_normalized": values_norm,
             "values": self.denormalize_values(values_norm),
         }
@@ -268,7 +392,8 @@ def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space)
     Reads (each with a default, so any namespace works): ``encoder_type`` (conv | resnet | mlp |
     a registered name), ``encoder_subtype``, ``hidden_size``, ``use_rnn``, ``rnn_type``,
     ``rnn_num_layers``, ``normalize_input``, ``normalize_returns``, ``obs_scale``,
-    ``nonlinearity``, ``policy_initialization``, ``policy_init_gain``.
+    ``obs_subtract_mean``, ``nonlinearity``, ``policy_initialization``, ``policy_init_gain``,
+    ``actor_critic_share_weights``, ``adaptive_stddev``, ``initial_stddev``.
     """
     hidden = getattr(cfg, "hidden_size", 512)
     if not isinstance(hidden, (int, np.integer)) or hidden < 1:

@@ -13,8 +13,9 @@ A Dict observation space gets the built-in ``DictEncoder`` (one encoder per key,
 the name resolved by the rules above is the encoder its image keys get.
 
 A custom factory is called as ``factory(cfg, obs_space)`` and must return an ``nn.Module`` with an
-integer ``out_size`` attribute; it receives float observations in the env's own layout, images
-already divided by ``cfg.obs_scale`` and 1-D vectors already normalized when ``normalize_input``
+integer ``out_size`` attribute; it receives float observations in the env's own layout, integer
+images as ``(x - obs_subtract_mean) / obs_scale``, and, when ``normalize_input``, images and 1-D
+float vectors already standardized by the running statistics
 (for a Dict space: ``{key: tensor}`` so prepared, integer 1-D keys as int64 token ids).
 """
 

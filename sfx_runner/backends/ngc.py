@@ -26,6 +26,10 @@ placeholders are filled in inside each word (so a value with spaces stays one wo
 e.g. ``ngc batch run --name {name} --image {image} --instance {instance} --result {result}
 --team rl --commandline "cd /workspace/sfx && {cmd}"``. A leading ``ngc`` word stands for
 ``--ngc_executable``. ``{{`` and ``}}`` are literal braces.
+
+Sample Factory 1.x's templates work as they are: its placeholders ``{{ name }}`` and
+``{{ experiment_cmd }}`` (double braces, spaces inside) mean ``{name}`` and ``{cmd}``.
+``--ngc_print_only`` (SF1's flag) is ``--dry_run``.
 """
 
 from __future__ import annotations
@@ -40,13 +44,16 @@ import string
 import subprocess
 from pathlib import Path
 
-from sfx_runner.backends.base import Backend
+from sfx_runner.backends.base import Backend, parse_bool
 from sfx_runner.errors import RunnerError
 from sfx_runner.run_description import ExperimentSpec, RunDescription
 from sfx_runner.state import write_state
 
 PLACEHOLDERS = ("name", "exp_name", "run_name", "index", "cmd", "commandline", "image", "instance", "workspace",
                 "result", "workdir", "train_dir")
+# Sample Factory 1.x's template placeholders ({{ name }}, {{ experiment_cmd }}) -> sfx's
+SF1_PLACEHOLDER_RE = re.compile(r"\{\{ +(name|experiment_cmd) +\}\}")
+SF1_PLACEHOLDERS = {"name": "{name}", "experiment_cmd": "{cmd}"}
 SUBMIT_TIMEOUT_SEC = 300
 
 
@@ -58,7 +65,8 @@ def remote_command(spec: ExperimentSpec) -> str:
 
 
 def read_template(path: str | os.PathLike) -> list[str]:
-    """The words of a template file (see the module docstring), placeholders not filled in yet.
+    """The words of a template file (see the module docstring), placeholders not filled in yet
+    (Sample Factory 1.x's ``{{ name }}`` / ``{{ experiment_cmd }}`` already turned into ``{name}`` / ``{cmd}``).
 
     Raises:
         RunnerError: a missing file, unbalanced quotes, an unknown placeholder.
@@ -69,6 +77,7 @@ def read_template(path: str | os.PathLike) -> list[str]:
     except OSError as e:
         raise RunnerError(f"--ngc_job_template={os.fspath(path)!r} cannot be read: {e.strerror}") from None
     text = re.sub(r"\\\r?\n", " ", text)  # line continuations
+    text = SF1_PLACEHOLDER_RE.sub(lambda m: SF1_PLACEHOLDERS[m.group(1)], text)
     try:
         words = shlex.split(text, comments=True)
     except ValueError as e:
@@ -122,6 +131,8 @@ class NgcBackend(Backend):
         g.add_argument("--ngc_workdir", default=None,
                        help="folder inside the container to run the commands in (e.g. the code's checkout)")
         g.add_argument("--ngc_executable", default="ngc", help="the NGC CLI program (a name on PATH or a path)")
+        g.add_argument("--ngc_print_only", type=parse_bool, nargs="?", const=True, default=False,
+                       help="Sample Factory 1.x's flag: print each 'ngc batch run' command, submit nothing: --dry_run")
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)

@@ -578,6 +578,9 @@ class SlurmBackend(Backend):
         g.add_argument("--slurm_wait", type=parse_bool, nargs="?", const=True, default=False,
                        help="after submitting, wait until every job ended and report each experiment's outcome "
                             "(otherwise return once submitted)")
+        g.add_argument("--slurm_print_only", type=parse_bool, nargs="?", const=True, default=False,
+                       help="Sample Factory 1.x's flag: print the job array that would be submitted (its sbatch "
+                            "options, template lines and each task's command), submit nothing: --dry_run")
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)

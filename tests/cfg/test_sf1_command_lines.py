@@ -45,11 +45,8 @@ MODULES = {
 
 # SF1 flags that change what a run does and that sfx does not implement yet (the lead's list):
 # flag -> SF1's default and meaning
-PENDING_FLAGS = {
-    "--obs_subtract_mean": "0.0: subtracted from observations before --obs_scale divides them",
-    "--actor_critic_share_weights": "True: actor and critic share the encoder and core",
-    "--adaptive_stddev": "True: continuous actions' stddev is a network output, else one learned parameter",
-}
+# (empty: --obs_subtract_mean, --actor_critic_share_weights, --adaptive_stddev have their meaning now)
+PENDING_FLAGS: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,15 @@ def shm_segments():
     return {n for n in names if not n.startswith("ViZDoom")}
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback happens only without CUDA")
+def test_gpu_fallback_is_said_once_per_run(tmp_path):
+    """--device=gpu (the default) on a machine without CUDA: one warning for the run, not one per process."""
+    result = run_training(small_cfg(tmp_path, device="gpu", policy_workers_per_policy=2))
+    assert result["status"] == "done"
+    log_text = (tmp_path / "t" / "sf_log.txt").read_text()
+    assert log_text.count("CUDA is not available") == 1, log_text
+
+
 def test_serial_run_fills_the_experiment_folder(tmp_path):
     cfg = small_cfg(tmp_path, serial_mode=True)
     result = run_training(cfg)

@@ -34,11 +34,13 @@ def random_resets(B: int, T: int, p: float, gen: torch.Generator) -> torch.Tenso
     return torch.rand(B, T, generator=gen) < p
 
 
+@pytest.mark.parametrize("share_weights", [True, False], ids=["shared", "separate"])
 @pytest.mark.parametrize("use_rnn, rnn_type, layers", CORES, ids=CORE_IDS)
 @pytest.mark.parametrize("reset_prob", [0.0, 0.15, 0.6, 1.0])
-def test_sequence_equals_steps(use_rnn, rnn_type, layers, reset_prob):
+def test_sequence_equals_steps(use_rnn, rnn_type, layers, reset_prob, share_weights):
     gen = torch.Generator().manual_seed(int(reset_prob * 100) + layers)
-    cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, hidden_size=12)
+    cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, hidden_size=12,
+                   actor_critic_share_weights=share_weights)
     space = vector_space(5)
     model = create_actor_critic(cfg, space, spaces.Discrete(4))
     model.update_obs_normalizer(random_obs(space, 50, gen=gen))
@@ -60,10 +62,11 @@ def test_sequence_equals_steps(use_rnn, rnn_type, layers, reset_prob):
     torch.testing.assert_close(seq["values"], ref_values, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("share_weights", [True, False], ids=["shared", "separate"])
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
-def test_sequence_equals_steps_with_an_image_encoder(rnn_type):
+def test_sequence_equals_steps_with_an_image_encoder(rnn_type, share_weights):
     gen = torch.Generator().manual_seed(3)
-    cfg = make_cfg(rnn_type=rnn_type, encoder_subtype="convnet_impala")
+    cfg = make_cfg(rnn_type=rnn_type, encoder_subtype="convnet_impala", actor_critic_share_weights=share_weights)
     space = image_space((36, 48, 3))
     model = create_actor_critic(cfg, space, spaces.Tuple([spaces.Discrete(3), spaces.Discrete(2)]))
     B, T = 3, 5
@@ -87,12 +90,15 @@ def test_recurrent_state_carries_memory():
     assert not torch.allclose(a["new_rnn_states"], torch.zeros_like(a["new_rnn_states"]))
 
 
+@pytest.mark.parametrize("share_weights", [True, False], ids=["shared", "separate"])
 @pytest.mark.parametrize("use_rnn, rnn_type, layers, expected", [
     (False, "gru", 1, 0), (True, "gru", 1, 16), (True, "gru", 2, 32), (True, "lstm", 1, 32), (True, "lstm", 3, 96),
 ])
-def test_rnn_state_size(use_rnn, rnn_type, layers, expected):
-    cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, hidden_size=16)
+def test_rnn_state_size(use_rnn, rnn_type, layers, expected, share_weights):
+    cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, hidden_size=16,
+                   actor_critic_share_weights=share_weights)
     model = create_actor_critic(cfg, vector_space(), spaces.Discrete(2))
+    expected = expected if share_weights else 2 * expected  # separate: the actor's state, then the critic's
     assert model.rnn_state_size == expected
     S = max(1, expected)
     out = model.forward_step(torch.randn(4, 5), torch.zeros(4, S))
@@ -109,13 +115,24 @@ def test_lstm_flat_state_roundtrip(layers):
     torch.testing.assert_close(core.flatten((h, c)), flat)
 
 
-@pytest.mark.parametrize("use_rnn, rnn_type, layers", CORES, ids=CORE_IDS)
-@pytest.mark.parametrize("obs_kind", ["vector", "image"])
-def test_gradients_reach_every_parameter(use_rnn, rnn_type, layers, obs_kind):
+# separate actor and critic with a learned stddev: every core on vectors, one on images (two resnets
+# per model are the slow part)
+GRADIENT_CASES = [pytest.param(*core, obs, True, True, id=f"{obs}-{cid}-shared")
+                  for obs in ("vector", "image") for core, cid in zip(CORES, CORE_IDS)] + [
+                  pytest.param(*core, obs, False, False, id=f"{obs}-{cid}-separate-fixed_std")
+                  for obs in ("vector", "image") for core, cid in zip(CORES, CORE_IDS)
+                  if obs == "vector" or cid == "lstm1"]
+
+
+@pytest.mark.parametrize("use_rnn, rnn_type, layers, obs_kind, share_weights, adaptive_stddev", GRADIENT_CASES)
+def test_gradients_reach_every_parameter(use_rnn, rnn_type, layers, obs_kind, share_weights, adaptive_stddev):
     cfg = make_cfg(use_rnn=use_rnn, rnn_type=rnn_type, rnn_num_layers=layers, normalize_returns=True,
-                   encoder_type="resnet", encoder_subtype="resnet_impala")
+                   encoder_type="resnet", encoder_subtype="resnet_impala", actor_critic_share_weights=share_weights,
+                   adaptive_stddev=adaptive_stddev, initial_stddev=0.5)  # log 1 = 0 would zero d(params^2)
     space = vector_space(4) if obs_kind == "vector" else image_space((24, 24, 3))
-    model = create_actor_critic(cfg, space, spaces.Discrete(3))
+    # a Box action space, so the non-adaptive log-stddev parameter is there to be reached
+    action_space = spaces.Discrete(3) if adaptive_stddev else spaces.Box(-1, 1, (2,), np.float32)
+    model = create_actor_critic(cfg, space, action_space)
     B, T = 3, 4
     resets = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 0], [1, 0, 1, 0]], dtype=torch.bool)
     out = model.forward_sequence(random_obs(space, B, T), torch.randn(B, max(1, model.rnn_state_size)), resets)
@@ -190,7 +207,8 @@ def test_heads_follow_the_policy_initialization(gain):
     torch.testing.assert_close(w @ w.T, gain**2 * torch.eye(6), atol=1e-5, rtol=0)
     v = model.value_head.weight.detach()
     torch.testing.assert_close(v.norm(), torch.tensor(gain), atol=1e-5, rtol=0)
-    assert float(model.action_head.bias.abs().max()) == 0.0 and float(model.value_head.bias.abs().max()) == 0.0
+    assert float(model.action_head.bias.detach().abs().max()) == 0.0
+    assert float(model.value_head.bias.detach().abs().max()) == 0.0
 
 
 def test_policy_gradient_reaches_the_trunk():

@@ -111,7 +111,6 @@ def test_bad_descriptions_fail_at_once(make, expected):
 
 
 @pytest.mark.parametrize("experiment,expected", [
-    (Experiment("e", CMD + " --experiment=x"), "'--experiment=x'"),
     (Experiment("e", CMD + " --train_dir /tmp"), "'--train_dir'"),
     (Experiment("e", CMD, [{"experiment": "x"}]), "parameter 'experiment'"),
     (Experiment("e", CMD + " --seed=0", ParamGrid([("seed", [1])])), "'--seed=0'"),
@@ -121,6 +120,24 @@ def test_bad_expansions_fail_at_once(tmp_path, experiment, expected):
     with pytest.raises(RunnerError) as e:
         RunDescription("r", [experiment]).generate_experiments(tmp_path)
     assert expected in str(e.value)
+
+
+@pytest.mark.parametrize("cmd,dropped", [
+    (CMD + " --experiment=x", "'--experiment=x'"),
+    ("python -m sfx.train --experiment x --env=gym_CartPole-v1 --num_workers=1", "'--experiment x'"),
+])
+def test_cmd_naming_its_experiment_loses_that_argument(tmp_path, cmd, dropped):
+    # Sample Factory 1.x's behaviour (its runner appended its own --experiment after the cmd's, which won):
+    # the cmd's is dropped with one warning, so the command line names the experiment exactly once
+    run = RunDescription("r", [Experiment("e", cmd, ParamGrid([("seed", [1, 2])]))])
+    with pytest.warns(UserWarning, match=f"experiment 'e' sets {dropped}; dropped") as record:
+        specs = run.generate_experiments(tmp_path)
+    assert len(record) == 1, "one warning per experiment, not per parameter set"
+    for spec in specs:
+        assert [a for a in spec.argv if a.startswith("--experiment")] == [f"--experiment={spec.name}"]
+        assert spec.argv[3:] == ["--env=gym_CartPole-v1", "--num_workers=1", f"--seed={spec.params['seed']}",
+                                 f"--train_dir={tmp_path / 'r'}", f"--experiment={spec.name}"]
+    assert "x" not in specs[0].argv
 
 
 def test_resolve_interpreter_only_replaces_a_bare_python():

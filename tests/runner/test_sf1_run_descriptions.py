@@ -8,6 +8,7 @@ path in their command lines. The runner command lines come from the README and r
 
 from __future__ import annotations
 
+import shlex
 import sys
 import textwrap
 import warnings
@@ -288,30 +289,77 @@ def test_runner_readme_processes_line(project, capsys):
     assert "--env=doom_battle2" in out and "--seed=3333" in out
 
 
-@pytest.mark.xfail(strict=True, reason="awaiting --experiment_suffix and --slurm_print_only in sfx.runner.run")
 def test_runner_readme_slurm_line(project, capsys):
-    # runner/README.md "CLI Examples", Slurm (its megaverse module replaced by the README example; --dry_run
-    # appended: nothing is submitted here)
+    # runner/README.md "CLI Examples", Slurm (its megaverse module replaced by the README example, its sbatch
+    # template in SF1's form: a shell script; --dry_run appended: nothing is submitted here)
     write_module(project, "myproject.train_10_seeds", README_EXAMPLE)
     (project / "megaverse_rl" / "slurm").mkdir(parents=True)
-    (project / "megaverse_rl" / "slurm" / "sbatch_template.sh").write_text("echo setup\n")
+    (project / "megaverse_rl" / "slurm" / "sbatch_template.sh").write_text("#!/bin/bash\necho setup\n")
     argv = ("--run=myproject.train_10_seeds --runner=slurm --slurm_workdir=./megaverse_single_agent "
             "--experiment_suffix=slurm --pause_between=1 --slurm_gpus_per_job=1 --slurm_cpus_per_gpu=12 "
             "--slurm_sbatch_template=./megaverse_rl/slurm/sbatch_template.sh --slurm_print_only=False").split()
-    assert main(argv + ["--dry_run", f"--train_dir={project / 'td'}"]) == 0
-    assert "doom_basic_envs_appo_slurm" in capsys.readouterr().out
+    train_dir = f"--train_dir={project / 'td'}"
+    assert main(argv + ["--dry_run", train_dir]) == 0
+    out = capsys.readouterr().out
+    run_dir = project / "td" / "doom_basic_envs_appo_slurm"  # --experiment_suffix=slurm
+    assert f"60 experiment(s) in {run_dir}," in out and f"--train_dir={run_dir} " in out
+    assert "cpus-per-task=12 gpus-per-node=1" in out and "setup (template): echo setup\n" in out
+    assert f"submitit folder: {project / 'megaverse_single_agent'}\n" in out
+
+    # SF1's own way, --slurm_print_only=True: the same listing, nothing submitted (no Slurm here: a real
+    # submission would fail on sinfo), nothing written
+    print_only = [a.replace("--slurm_print_only=False", "--slurm_print_only=True") for a in argv]
+    assert main(print_only + [train_dir]) == 0
+    assert capsys.readouterr().out == out
+    assert not (project / "megaverse_single_agent").exists() and not (project / "td").exists()
+
+    # another runner's print-only flag would not stop this runner: refused
+    assert main(["--run=myproject.train_10_seeds", "--runner=processes", "--slurm_print_only", train_dir]) == 2
+    assert "--slurm_print_only=True goes with --runner=slurm" in capsys.readouterr().err
+    assert main(argv[:4] + ["--experiment_suffix=a/b", "--dry_run", train_dir]) == 2
+    assert "--experiment_suffix='a/b' is not allowed" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="awaiting --ngc_print_only in sfx.runner.run")
-def test_runner_readme_ngc_line(project):
+def test_experiment_suffix_flag_wins_over_the_run_description(project, capsys):
+    write_module(project, "myproject.train_10_seeds", README_EXAMPLE.replace(
+        "RunDescription('doom_basic_envs_appo', experiments=_experiments)",
+        "RunDescription('doom_basic_envs_appo', experiments=_experiments, experiment_suffix='v2')"))
+    base = ["--run=myproject.train_10_seeds", "--only=00_*", "--dry_run", f"--train_dir={project}"]
+    for extra, folder in [([], "doom_basic_envs_appo_v2"),  # the run description's own suffix
+                          (["--experiment_suffix=slurm"], "doom_basic_envs_appo_slurm"),  # the flag wins
+                          (["--experiment_suffix="], "doom_basic_envs_appo")]:  # an empty flag removes it
+        assert main(base + extra) == 0
+        assert f"--train_dir={project / folder} " in capsys.readouterr().out
+
+
+# run_scripts/ngc_job_16g_1gpu.template of SF1's NGC line, in SF1's template form ({{ name }}, {{ experiment_cmd }})
+SF1_NGC_TEMPLATE = """\
+ngc batch run --instance dgx1v.16g.1.norm --name "{{ name }}" --image "nvcr.io/myorg/sf:latest" \\
+    --result /results --workspace ws:/workspace:RW --commandline "cd /workspace/sf && {{ experiment_cmd }}"
+"""
+
+
+def test_runner_readme_ngc_line(project, capsys):
     # runner/README.md "CLI Examples", NGC (--dry_run appended)
     write_module(project, "myproject.train_10_seeds", README_EXAMPLE)
     (project / "run_scripts").mkdir()
-    (project / "run_scripts" / "ngc_job_16g_1gpu.template").write_text("ngc batch run --name {name} "
-                                                                        "--commandline {cmd}\n")
+    (project / "run_scripts" / "ngc_job_16g_1gpu.template").write_text(SF1_NGC_TEMPLATE)
     argv = ("--run=myproject.train_10_seeds --runner=ngc --ngc_job_template=run_scripts/ngc_job_16g_1gpu.template "
             "--ngc_print_only=False --train_dir=/workspace/train_dir").split()
     assert main(argv + ["--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "60 jobs (nothing submitted)" in out
+    name = "00_basic_envs_fs4_see=0_env=doom-my-way-home"
+    cmd = shlex.join(["python", "-m", "sfx.train", *BASIC_CMD, "--seed=0", "--env=doom_my_way_home",
+                      "--train_dir=/workspace/train_dir/doom_basic_envs_appo", f"--experiment={name}"])
+    assert (f"  {name}: ngc batch run --instance dgx1v.16g.1.norm --name doom_basic_envs_appo.{name} "
+            f"--image nvcr.io/myorg/sf:latest --result /results --workspace ws:/workspace:RW "
+            f"--commandline {shlex.quote('cd /workspace/sf && ' + cmd)}\n") in out
+
+    # SF1's own way, --ngc_print_only=True: the same listing, nothing submitted (no ngc program here)
+    print_only = [a.replace("--ngc_print_only=False", "--ngc_print_only=True") for a in argv]
+    assert main(print_only) == 0
+    assert capsys.readouterr().out == out
 
 
 def test_empty_grid_is_one_experiment_with_the_cmd_as_is(project):
@@ -353,13 +401,17 @@ def test_early_launch_settings_load_with_a_warning(project):
     assert spec.name == "00_bots_freedm_fs2_ppo=1"
 
 
-@pytest.mark.xfail(strict=True, raises=RunnerError,
-                   reason="lead's decision: sfx refuses a cmd that sets --experiment (tests/runner/test_naming.py); "
-                          "SF1's runner appended its own --experiment after it, which won")
 def test_cmd_naming_its_experiment_expands_as_in_sf1(project):
+    # SF1's runner appended its own --experiment after the cmd's, which won: sfx drops the cmd's, with a warning
     write_module(project, "doom_basic_run", DOOM_BASIC)
-    (spec,) = load_run_description("doom_basic_run").generate_experiments(project)
+    run = load_run_description("doom_basic_run")
+    with pytest.warns(UserWarning, match=r"experiment 'basic' sets '--experiment=doom_basic'; dropped") as record:
+        (spec,) = run.generate_experiments(project)
+    assert len(record) == 1
+    assert spec.name == "00_basic"
     assert spec.argv[-1] == f"--experiment={spec.name}"
+    assert [a for a in spec.argv if a.startswith("--experiment")] == ["--experiment=00_basic"]
+    assert spec.argv[-3:-1] == ["--num_envs_per_worker=20", f"--train_dir={project / 'doom_basic'}"]
 
 
 def test_big_grid_of_strings(project):
