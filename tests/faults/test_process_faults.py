@@ -107,6 +107,7 @@ class Run:
 
 
 LOCKED_QUEUE = "is probably left locked"
+COORDINATOR_ROW_STEPS = 150_000
 
 
 def worker_fault(train_dir: Path, component: str, sig: int, expected: str, steps: int = 30_000) -> dict:
@@ -216,7 +217,8 @@ def coordinator_faults(tmp_path_factory):
     """kill -9 of the coordinator (workers notice and exit), restart; SIGTERM (checkpoint, exit 130), restart."""
     shm_before = shm_segments()
     train_dir = tmp_path_factory.mktemp("coordinator")
-    run = Run(train_dir, 30_000).start()
+    # budgets long enough that the run is still going when the faults land (CartPole trains at ~7k steps/s)
+    run = Run(train_dir, COORDINATOR_ROW_STEPS).start()
     run.steps_at_least(5_000)
     run.wait_for("a checkpoint", lambda: list_checkpoints(run.exp / "checkpoint_p0"))
     run.proc.kill()
@@ -226,7 +228,7 @@ def coordinator_faults(tmp_path_factory):
     orphan_sec = time.time() - t0
     checkpoint_steps = load_checkpoint(list_checkpoints(run.exp / "checkpoint_p0")[0])["env_steps"]
 
-    second = Run(train_dir, 30_000).start()
+    second = Run(train_dir, COORDINATOR_ROW_STEPS).start()
     resumed_log = second.wait_for("resume", lambda: "resumed at train step" in second.log() and second.log())
     second.steps_at_least(checkpoint_steps + 5_000)
     second.proc.send_signal(signal.SIGTERM)
@@ -234,7 +236,7 @@ def coordinator_faults(tmp_path_factory):
     second.assert_nothing_left()
     term_steps = load_checkpoint(list_checkpoints(run.exp / "checkpoint_p0")[0])["env_steps"]
 
-    third = Run(train_dir, 30_000).start()
+    third = Run(train_dir, COORDINATOR_ROW_STEPS).start()
     rc3, err3 = third.finish()
     third.assert_nothing_left()
     return orphan_sec, checkpoint_steps, resumed_log, rc_term, err_term, term_steps, third, rc3, err3, shm_before
@@ -261,7 +263,8 @@ def test_hanging_env_gets_its_worker_restarted(tmp_path):
     marker = tmp_path / "hung"
     env = dict(os.environ, SFX_EXTRA_ENV_MODULES="hanging_env", HANG_MARKER=str(marker),
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
-    run = Run(tmp_path, 30_000, "--env=tst_hanging")
+    # long enough for the 6 s heartbeat timeout to fire while the other worker trains on (~7k steps/s)
+    run = Run(tmp_path, 150_000, "--env=tst_hanging")
     run.proc = subprocess.Popen(run.cmd(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     run.pids.add(run.proc.pid)
     _OUR_PIDS.add(run.proc.pid)
@@ -269,7 +272,7 @@ def test_hanging_env_gets_its_worker_restarted(tmp_path):
     run.assert_nothing_left()
     if rc != 0:  # the hung worker held a queue: the run stopped with a checkpoint; the same command resumes
         assert LOCKED_QUEUE in err, err[-3000:]
-        again = Run(tmp_path, 30_000, "--env=tst_hanging")
+        again = Run(tmp_path, 150_000, "--env=tst_hanging")
         again.proc = subprocess.Popen(again.cmd(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env)
         rc, err = again.finish()
