@@ -55,13 +55,14 @@ import math
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.procs import split_extra, stop_group
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SF_VENV = REPO_ROOT / "bench" / "sf_venv"
@@ -165,11 +166,7 @@ def parse_learning_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "counted as crashed")
     p.add_argument("--progress_sec", type=float, default=30.0, help="seconds between progress lines (%(default)s)")
     p.add_argument("--list", action="store_true", help="print the presets and their command lines, then exit")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+    argv, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = p.parse_args(argv)
     args.extra = extra
     if args.list:
@@ -246,22 +243,6 @@ def _last_progress(path: Path, pattern: re.Pattern) -> str:
     return "no frames yet"
 
 
-def _stop_group(proc: subprocess.Popen, wait_sec: float = 60.0) -> None:
-    """Ctrl+C to the training (both stop cleanly on it), then SIGKILL to what is left of its process group:
-    game engines outlive a parent that dies without closing them."""
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=wait_sec)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
 def run_training(framework: str, cmd: list[str], cwd: Path, log_path: Path, time_limit: float | None,
                  progress_sec: float) -> dict[str, Any]:
     """Run one training to its end, its output into ``log_path``. Returns status (done / crashed /
@@ -283,7 +264,7 @@ def run_training(framework: str, cmd: list[str], cwd: Path, log_path: Path, time
                     pass
                 if time_limit is not None and time.time() - started > time_limit:
                     status, reason = "crashed", f"still running {time_limit:.0f} s after launch; killed"
-                    _stop_group(proc)
+                    stop_group(proc, wait_sec=60.0)
                     rc = proc.returncode
                     break
                 if time.monotonic() - last_print >= progress_sec:
@@ -292,10 +273,10 @@ def run_training(framework: str, cmd: list[str], cwd: Path, log_path: Path, time
                           flush=True)
         except KeyboardInterrupt:
             status, reason = "interrupted", "Ctrl+C"
-            _stop_group(proc)
+            stop_group(proc, wait_sec=60.0)
             rc = proc.returncode
         finally:
-            _stop_group(proc, wait_sec=0.0)  # the group's leftovers (VizDoom engines) after a normal exit too
+            stop_group(proc, wait_sec=0.0)  # the group's leftovers (VizDoom engines) after a normal exit too
     ended = time.time()
     if status == "done" and rc != 0:
         status, reason = "crashed", f"exit code {rc}"

@@ -42,13 +42,14 @@ import os
 import platform
 import queue
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from bench.procs import split_extra, stop_group
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SF_VENV = REPO_ROOT / "bench" / "sf_venv"
@@ -86,11 +87,7 @@ def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep_logs", action="store_true", help="copy every run's output into --out_dir/logs")
     p.add_argument("--child", choices=["raw", "sampler"], help=argparse.SUPPRESS)
     p.add_argument("--child_result", help=argparse.SUPPRESS)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+    argv, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = p.parse_args(argv)
     args.extra = extra
     if args.tiny:
@@ -281,7 +278,7 @@ def measure_training(name: str, cmd: list[str], counter: re.Pattern, args: argpa
                 reason = "measured window never completed"
                 break
     finally:
-        _stop_group(proc)
+        stop_group(proc)
         reader.join(timeout=10)
     if end is None:
         return {"status": "failed", "fps": float("nan"), "reason": reason, "log": _tail(log_path)}
@@ -299,22 +296,6 @@ def slope(points: list[tuple[float, int]]) -> float:
     mf = sum(f for _, f in points) / n
     var = sum((t - mt) ** 2 for t, _ in points)
     return sum((t - mt) * (f - mf) for t, f in points) / var if var > 0 else float("nan")
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """Ctrl+C to the training's main process (both frameworks stop cleanly on it), then SIGKILL to
-    whatever is left of its process group: game engines outlive a parent that dies without closing them."""
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def training_flags(args: argparse.Namespace) -> list[str]:
