@@ -31,6 +31,8 @@ class RunningMeanStd(nn.Module):
         shape: shape of one sample (``()`` or ``[]`` for scalars).
         eps: added to the variance before the square root in (de)normalisation.
         clip: normalised values are clamped to ``[-clip, clip]``; ``None`` or ``<= 0`` = no clip.
+        shift: subtracted from the values before ``scale`` divides them in ``update`` and ``normalize``
+            (``--obs_subtract_mean``): the statistics are those of ``(x - shift) / scale``.
     """
 
     mean: torch.Tensor
@@ -38,10 +40,11 @@ class RunningMeanStd(nn.Module):
     count: torch.Tensor
 
     def __init__(self, shape: int | tuple[int, ...] | list[int] | torch.Size = (), eps: float = 1e-5,
-                 clip: float | None = 5.0) -> None:
+                 clip: float | None = 5.0, shift: float = 0.0) -> None:
         super().__init__()
         self.shape = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
         self.eps = float(eps)
+        self.shift = float(shift)
         self.clip = clip if clip is not None and clip > 0 else None
         self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(self.shape, dtype=torch.float64))
@@ -50,13 +53,14 @@ class RunningMeanStd(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, scale: float = 1.0) -> None:
-        """Fold a batch ``x [N, *shape]``, divided by ``scale``, into the statistics (the division is
-        applied to the moments, so raw uint8 frames need no float copy)."""
+        """Fold a batch ``x [N, *shape]``, as ``(x - shift) / scale``, into the statistics (applied to the
+        moments, so raw uint8 frames need no float copy)."""
         batch = x.detach().reshape(-1, *self.shape).to(device=self.mean.device)
         n_b = batch.shape[0]
         if n_b == 0:
             return
         mean_b, var_b = self._batch_moments(batch)
+        mean_b = mean_b - self.shift
         if scale != 1.0:
             mean_b, var_b = mean_b / scale, var_b / (scale * scale)
         n_a = self.count
@@ -91,7 +95,7 @@ class RunningMeanStd(nn.Module):
         return torch.sqrt(self.var + self.eps).to(dtype)
 
     def normalize(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        """``clamp((x / scale - mean) / sqrt(var + eps), -clip, clip)``, in ``x``'s float dtype (float32
+        """``clamp(((x - shift) / scale - mean) / sqrt(var + eps), -clip, clip)``, in ``x``'s float dtype (float32
         for integer ``x``, e.g. uint8 frames, which need no float copy of their own).
 
         Computed as one fused ``x * a + b`` with per-element factors cached until the statistics
@@ -120,9 +124,9 @@ class RunningMeanStd(nn.Module):
         key = (self.mean.data_ptr(), self.mean._version, self.var.data_ptr(), self.var._version,
                dtype, x.device, scale, channels_last)
         if self._affine_cache is None or self._affine_cache[0] != key:
-            inv_std = 1.0 / torch.sqrt(self.var + self.eps)
-            a, b = (inv_std / scale).to(device=x.device, dtype=dtype), (-self.mean * inv_std).to(device=x.device,
-                                                                                                dtype=dtype)
+            inv_std = 1.0 / torch.sqrt(self.var + self.eps)  # float64 until the final cast
+            a = (inv_std / scale).to(device=x.device, dtype=dtype)
+            b = (-(self.mean + self.shift / scale) * inv_std).to(device=x.device, dtype=dtype)
             if channels_last:
                 a = a.unsqueeze(0).contiguous(memory_format=torch.channels_last)
                 b = b.unsqueeze(0).contiguous(memory_format=torch.channels_last)

@@ -56,33 +56,6 @@ from sfx.models.registry import resolve_encoder
 IMAGE_STATS_ROWS = 256  # frames per learner iteration folded into the image statistics
 
 
-class _SubtractedMeanStd(RunningMeanStd):
-    """Per-pixel statistics of ``(x - subtract) / scale`` for images with ``--obs_subtract_mean``.
-
-    The subtraction rides on ``RunningMeanStd``'s own arithmetic, so it costs nothing per frame:
-    ``update`` subtracts it from each batch's mean (the variance does not move), and the fused
-    ``x * a + b`` of ``normalize`` gets ``b = -(mean + subtract / scale) / std``, cached with ``a``.
-    Buffers and ``state_dict`` keys are those of ``RunningMeanStd``.
-    """
-
-    def __init__(self, shape: tuple[int, ...], subtract: float) -> None:
-        super().__init__(shape)
-        self.subtract = float(subtract)
-        self._shifted: tuple[torch.Tensor, torch.Tensor] | None = None  # (the base's b, our b)
-
-    def _batch_moments(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, var = RunningMeanStd._batch_moments(batch)
-        return mean - self.subtract, var
-
-    def _affine(self, x: torch.Tensor, dtype: torch.dtype, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        a, b = super()._affine(x, dtype, scale)
-        # the base hands back the same b until the statistics, dtype, device or layout change
-        if self._shifted is None or self._shifted[0] is not b:
-            shifted = -(self.mean + self.subtract / scale) / torch.sqrt(self.var + self.eps)  # float64
-            self._shifted = (b, torch.empty_like(b).copy_(shifted.reshape(b.shape)))  # b's layout
-        return a, self._shifted[1]
-
-
 class ActorCritic(nn.Module):
     """Actor-critic over one observation / action space pair: one shared trunk, or (with
     ``cfg.actor_critic_share_weights=False``) an actor trunk and a critic trunk.
@@ -139,8 +112,7 @@ class ActorCritic(nn.Module):
                     if len(shape) == 3 and is_channels_last(shape):
                         self._hwc_keys.add(key)
                     stats_shape = chw_shape(shape) if len(shape) == 3 else shape
-                    normalizers[key] = (_SubtractedMeanStd(stats_shape, self.obs_subtract_mean)
-                                        if integer and self.obs_subtract_mean != 0.0 else RunningMeanStd(stats_shape))
+                    normalizers[key] = RunningMeanStd(stats_shape, shift=self.obs_subtract_mean if integer else 0.0)
             elif len(shape) == 1 and integer and self.dict_obs:
                 self.obs_kinds[key] = "tokens"
             elif len(shape) == 1 and normalize_input:
