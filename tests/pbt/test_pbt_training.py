@@ -214,6 +214,9 @@ def test_pbt_population_rescues_a_bad_learning_rate(envs, tmp_path):
     common = dict(num_workers=2, num_envs_per_worker=8, learning_rate=1e-6, train_for_env_steps=320_000,
                   experiment_summaries_interval=2)
     fixed = run_training(pbt_cfg(tmp_path / "fixed", num_policies=1, with_pbt=False, **common))
+    # the population shares its frames 4 ways: twice the fixed run's total is still half of it per policy
+    # (a successful population stops at --stop_at_reward long before; one ran out of frames at 320k)
+    common = dict(common, train_for_env_steps=640_000)
     population = run_training(pbt_cfg(tmp_path / "pbt", num_policies=4, pbt_period_env_steps=4000,
                                       pbt_start_mutation=4000, pbt_mutation_rate=1.0, pbt_perturb_min=3.0,
                                       pbt_perturb_max=6.0, pbt_replace_fraction=0.25, stop_at_reward=7.5,
