@@ -28,7 +28,7 @@ from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, 
                                 allocate_trajectory_buffers, num_trajectory_slots)
 from sfx.engine.learner import Learner, trajectories_per_iteration
 from sfx.engine.policy_worker import PolicyWorker, RandomPolicyWorker
-from sfx.engine.queues import LocalQueue, SwitchableQueue, drain, make_process_queue
+from sfx.engine.queues import LocalQueue, QueuePump, SwitchableQueue, drain, make_process_queue
 from sfx.engine.rollout_worker import RolloutWorker
 from sfx.models.obs import max_obs_ndim, obs_spec
 from sfx.pbt.cluster import ClusterPopulationMember
@@ -174,7 +174,8 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
                learner_queues=[new_queue() for _ in range(cfg.num_policies)],
                rollout_inboxes=[SwitchableQueue(lambda: new_queue(INBOX_QUEUE_BYTES) if not serial else new_queue(),
                                                 spares) for _ in range(cfg.num_workers)],
-               report_queue=new_queue())
+               # written by every component: one killed mid-put may leave it locked (see QueuePump)
+               report_queue=SwitchableQueue(new_queue, spares) if not serial else new_queue())
     # learners first: they publish the weights the policy workers wait for
     w.components += [("learner", p, p) for p in range(cfg.num_policies)]
     w.components += [("policy_worker", p * cfg.policy_workers_per_policy + i, p)
@@ -391,6 +392,8 @@ class ProcessRuntime:
         self.restarts: dict[str, int] = {}
 
     def start(self) -> None:
+        # the coordinator never reads the report queue itself: a killed component may have left it locked
+        self.reports = QueuePump(self.w.report_queue)
         for i, (role, index, policy) in enumerate(self.w.components):
             self.w.heartbeats[i] = 0.0  # no beat yet: the startup grace period applies
             self._launch(role, index, policy)
@@ -406,7 +409,7 @@ class ProcessRuntime:
         self.roles[name] = (role, index, policy)
 
     def step(self) -> list:
-        return drain(self.w.report_queue, timeout=0.1)
+        return self.reports.get(timeout=0.1)
 
     def dead_components(self) -> list[str]:
         return [n for n, p in self.procs.items() if not p.is_alive()]
@@ -463,7 +466,7 @@ class ProcessRuntime:
         # The dead process may have left any queue it read or wrote unusable (a lock or a condition
         # variable held forever): every request and answer queue moves to a fresh spare, and every
         # rollout worker asks again for what it was waiting for (old answers are ignored by generation).
-        for q in (*self.w.rollout_inboxes, *self.w.policy_queues):
+        for q in (*self.w.rollout_inboxes, *self.w.policy_queues, self.w.report_queue):
             q.switch()
         self.restarts[name] = self.restarts.get(name, 0) + 1
         self.w.heartbeats[self.w.components.index((role, index, policy))] = 0.0
@@ -479,14 +482,15 @@ class ProcessRuntime:
         deadline = time.time() + timeout_sec
         for p in self.procs.values():
             while p.is_alive() and time.time() < deadline:
-                reports_sink(drain(self.w.report_queue, timeout=0.05))
+                reports_sink(self.reports.get(timeout=0.05))
                 p.join(timeout=0.05)
         for name, p in self.procs.items():
             if p.is_alive():
                 log.warning("%s did not stop in %.0f s: terminating it", name, timeout_sec)
                 p.kill()
                 p.join(timeout=5)
-        reports_sink(drain(self.w.report_queue))
+        reports_sink(self.reports.get_rest())
+        self.reports.close()
 
 
 # --------------------------------------------------------------------------- serial mode
