@@ -46,7 +46,9 @@ def test_generic_defaults_without_family_overrides():
 
 def test_gym_family_overrides_defaults_but_cli_wins(tdir):
     cfg = default_cfg("gym_CartPole-v1")
-    assert (cfg.encoder_type, cfg.encoder_subtype, cfg.hidden_size) == ("mlp", "mlp_mujoco", 64)
+    # 512 wide like Sample Factory's gym MLP (a 64-unit one stalls on Acrobot with standardized inputs)
+    assert (cfg.encoder_type, cfg.encoder_subtype, cfg.hidden_size) == ("mlp", "mlp_mujoco", 512)
+    assert default_cfg("mujoco_hopper").hidden_size == 64  # a family may override any generic default
     cfg = parse_args([CARTPOLE, tdir, "--hidden_size=256", "--encoder_type", "conv"])
     assert (cfg.hidden_size, cfg.encoder_type) == (256, "conv")
 
