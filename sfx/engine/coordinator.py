@@ -171,7 +171,9 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool) -> W
                # readers of these may be killed and restarted: each has spare queues (see SwitchableQueue)
                policy_queues=[SwitchableQueue(lambda: new_queue(REQUEST_QUEUE_BYTES) if not serial else new_queue(),
                                               spares) for _ in range(cfg.num_policies)],
-               learner_queues=[new_queue() for _ in range(cfg.num_policies)],
+               # written by rollout workers, which may be killed mid-put: switched on their restart too
+               learner_queues=[SwitchableQueue(new_queue, spares) if not serial else new_queue()
+                               for _ in range(cfg.num_policies)],
                rollout_inboxes=[SwitchableQueue(lambda: new_queue(INBOX_QUEUE_BYTES) if not serial else new_queue(),
                                                 spares) for _ in range(cfg.num_workers)],
                # written by every component: one killed mid-put may leave it locked (see QueuePump)
@@ -212,8 +214,11 @@ def build_component(w: Wiring, role: str, index: int, policy: int, device: torch
 
     cfg, info = w.cfg, w.env_info
     if role == "rollout_worker":
+        # slot_owners: which slots it holds, so a restart can give back a dead worker's slots;
+        # incarnation: a restarted worker's requests carry a new generation (stale answers are ignored)
         return RolloutWorker(cfg, index, info.num_agents, w.traj, w.agents, w.free_slots, w.policy_queues,
-                             w.learner_queues, w.report_queue, w.make_env_fn or make_env)
+                             w.learner_queues, w.report_queue, w.make_env_fn or make_env,
+                             slot_owners=w.slot_owners, incarnation=incarnation)
     if role == "random_policy_worker":  # the dummy sampler's stand-in for policy worker and learner
         return RandomPolicyWorker(policy, index, info.action_space, w.traj[policy], w.free_slots[policy],
                                   w.rollout_inboxes, cfg.seed)
@@ -300,7 +305,7 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
             parent_checked[:] = [now, _alive(parent_pid)]
         return not parent_checked[1]
 
-    component = None
+    component = reader = None
     try:
         if w.env_family is not None:
             from sfx.envs.registry import ensure_registered
@@ -309,6 +314,10 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
         beat()
         component = build_component(w, role, index, policy, device, incarnation)
         inbox = component_inbox(w, role, index, policy)
+        # a learner has no heartbeat deadline (an iteration may take long), so it must never hang on a
+        # queue a killed rollout worker left locked: it reads through a pump that follows the switch to a
+        # spare (workers and policy workers that hang are found by their heartbeats and restarted)
+        reader = QueuePump(inbox) if role == "learner" else None
         if role == "rollout_worker":
             component.should_stop = stopping
         if role == "policy_worker":
@@ -318,7 +327,7 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
         if hasattr(component, "start"):
             component.start()
         while not stopping():
-            msgs = drain(inbox, timeout=0.1)
+            msgs = reader.get(timeout=0.1) if reader is not None else drain(inbox, timeout=0.1)
             if msgs:
                 component.process(msgs)
             if role == "learner":
@@ -336,6 +345,8 @@ def _component_main(w: Wiring, role: str, index: int, policy: int, stop_flag: to
             except Exception:
                 log.exception("%s could not save a checkpoint after crashing", name)
     finally:
+        if reader is not None:
+            reader.close()
         if component is not None and hasattr(component, "close"):
             component.close()
         w.report_queue.put(("stopped", name, {}))
@@ -366,6 +377,19 @@ def _put_or_raise(q: Any, items: list, what: str, timeout_sec: float = 5.0) -> N
     threading.Thread(target=put, daemon=True, name=f"put {what}").start()
     if not done.wait(timeout_sec):
         raise LockedQueueError(f"the queue of {what} stayed locked for {timeout_sec:.0f} s")
+
+
+def give_back_slots(w: Wiring, worker_index: int) -> int:
+    """Return to the free pools every trajectory slot a (dead) rollout worker held, per the owners
+    table it kept in shared memory; how many. LockedQueueError if a pool stays locked."""
+    given_back = 0
+    for p, owners in enumerate(w.slot_owners):
+        held = (owners == worker_index).nonzero().flatten()
+        if len(held):
+            owners[held] = -1
+            _put_or_raise(w.free_slots[p], [int(x) for x in held], f"free slots of policy {p}")
+            given_back += len(held)
+    return given_back
 
 
 MAX_SPARE_QUEUES = 8  # fresh request/answer queues for restarts; later restarts reuse the first ones
@@ -447,9 +471,9 @@ class ProcessRuntime:
             return
         time.sleep(0.5)
 
-    def restart(self, name: str) -> int:
+    def restart(self, name: str) -> tuple[int, int]:
         """Kill ``name`` if it still runs, give back the trajectory slots it held, start it again.
-        Returns its restart count. Request and answer queues switch to fresh spares, a restarted rollout
+        Returns its restart count and the number of slots given back. Request and answer queues switch to fresh spares, a restarted rollout
         worker starts a new request generation and the others resend what they wait for (answers to
         older requests are ignored); LockedQueueError if even a fresh queue cannot be written."""
         role, index, policy = self.roles[name]
@@ -457,16 +481,11 @@ class ProcessRuntime:
         if old.is_alive():
             old.kill()
         old.join(timeout=10)
-        if role == "rollout_worker":
-            for p, owners in enumerate(self.w.slot_owners):
-                held = (owners == index).nonzero().flatten()
-                if len(held):
-                    owners[held] = -1
-                    _put_or_raise(self.w.free_slots[p], [int(x) for x in held], f"free slots of policy {p}")
+        given_back = give_back_slots(self.w, index) if role == "rollout_worker" else 0
         # The dead process may have left any queue it read or wrote unusable (a lock or a condition
         # variable held forever): every request and answer queue moves to a fresh spare, and every
         # rollout worker asks again for what it was waiting for (old answers are ignored by generation).
-        for q in (*self.w.rollout_inboxes, *self.w.policy_queues, self.w.report_queue):
+        for q in (*self.w.rollout_inboxes, *self.w.policy_queues, self.w.report_queue, *self.w.learner_queues):
             q.switch()
         self.restarts[name] = self.restarts.get(name, 0) + 1
         self.w.heartbeats[self.w.components.index((role, index, policy))] = 0.0
@@ -474,7 +493,7 @@ class ProcessRuntime:
         for i, inbox in enumerate(self.w.rollout_inboxes):
             if not (role == "rollout_worker" and i == index):
                 _put_or_raise(inbox, [("resend", None)], f"rollout worker {i}'s inbox")
-        return self.restarts[name]
+        return self.restarts[name], given_back
 
     def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
         """Ask everyone to stop, wait for learners' final checkpoints, then make sure all exited."""
@@ -649,15 +668,18 @@ def run_training(cfg: Any) -> dict:
             return (f"stopping: {name} {why}, and it was restarted {done_before} times already "
                     f"(--max_component_restarts={cfg.max_component_restarts}); the same command resumes")
         try:
-            n = runtime.restart(name)
+            n, slots_back = runtime.restart(name)
         except LockedQueueError as e:
             return (f"stopping: {name} {why} and could not be restarted: {e}: a queue the failed process was "
                     f"using is probably left locked. The last checkpoint is kept and the same command resumes")
         last_restart[name] = time.time()
         counters["component_restarts"] += 1
         report_status("running", time.time())
-        log.warning("%s %s: restarted it (restart #%d; its trajectory slots were given back, its envs' "
-                    "current episodes are lost)", name, why, n)
+        if name.startswith("rollout_worker"):
+            log.warning("%s %s: restarted it (restart #%d; %d trajectory slots it held were given back, its envs' "
+                        "current episodes are lost)", name, why, n, slots_back)
+        else:
+            log.warning("%s %s: restarted it (restart #%d)", name, why, n)
         return None
 
     def supervise(now: float) -> str | None:

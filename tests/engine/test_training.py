@@ -15,7 +15,7 @@ import torch
 
 from sfx.cfg import default_cfg
 from sfx.engine import run_training
-from sfx.engine.coordinator import build_component, probe_env, wire
+from sfx.engine.coordinator import build_component, give_back_slots, probe_env, wire
 from sfx.engine.queues import drain
 from sfx.models import create_actor_critic
 
@@ -256,3 +256,23 @@ def test_killed_coordinator_leaves_no_orphans(tmp_path):
     # the learner noticed and saved what it had learned on its way out
     ckpt = max((tmp_path / "resume" / "checkpoint_p0").glob("checkpoint_*.pth"))
     assert torch.load(ckpt, weights_only=False)["env_steps"] > 0
+
+
+def test_a_rollout_worker_records_the_slots_it_holds_and_a_restart_gives_them_back(tmp_path):
+    """The slots a worker takes are marked in the shared owners table (a worker built without it, as
+    build_component once did, left nothing for a restart to give back: every kill leaked its slots
+    until the learner starved), and a restarted worker asks under a new request generation."""
+    cfg, w = _in_process_components(tmp_path, num_workers=2, num_envs_per_worker=4)
+    total = w.free_slots[0].qsize()
+    worker = build_component(w, "rollout_worker", 1, -1, torch.device("cpu"), incarnation=3)
+    assert worker.gen == 3 * 1_000_000
+    worker.should_stop = lambda: False
+    worker.start()  # resets its envs: each of its 4 agents takes a slot and asks for actions
+    held = [int(x) for x in (w.slot_owners[0] == 1).nonzero().flatten()]
+    assert len(held) == 4 and w.free_slots[0].qsize() == total - 4
+    assert int((w.slot_owners[0] >= 0).sum()) == 4  # nobody else's
+    worker.close()  # ... and the worker dies: the coordinator gives back what the table says it held
+    assert give_back_slots(w, 1) == 4
+    assert w.free_slots[0].qsize() == total and int((w.slot_owners[0] >= 0).sum()) == 0
+    assert sorted(int(x) for x in drain(w.free_slots[0])) == list(range(total))  # each slot once
+    assert give_back_slots(w, 1) == 0  # nothing is given back twice

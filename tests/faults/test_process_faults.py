@@ -174,6 +174,61 @@ def test_killed_policy_worker_is_restarted_and_requests_are_resent(tmp_path):
     check_finished(r["run"], r["rc"], r["err"])
 
 
+KILLS = 5
+
+
+def _kill_workers_again_and_again(train_dir: Path) -> tuple[Run, list[int]] | None:
+    """One run with KILLS kills; None if one left a shared queue locked (the run then stops with its
+    checkpoint, as the locked-queue rows check)."""
+    # long enough to outlast the kills at CartPole's ~7k steps/s here
+    run = Run(train_dir, 400_000, "--traj_buffers_excess_ratio=1", "--heartbeat_timeout_sec=1.5").start()
+    assert "24 trajectory slots of 32 steps per policy" in run.wait_for(
+        "the wiring", lambda: "trajectory slots of" in run.log() and run.log())
+    run.steps_at_least(5_000)
+    restarted = []
+    for k in range(KILLS):
+        name = f"rollout_worker_{k % 2}"
+        assert run.proc.poll() is None, f"the run ended before kill {k + 1}: raise its step budget"
+        os.kill(run.pid_of(name), signal.SIGKILL)
+        line = run.wait_for(f"restart #{k // 2 + 1} of {name}", lambda: next(
+            (ln for ln in run.log().splitlines() if f"{name} died (exit code -9): restarted it (restart "
+             f"#{k // 2 + 1};" in ln), None) or (LOCKED_QUEUE in run.log() and "stopped"), 30)
+        if line == "stopped":
+            run.finish()
+            run.assert_nothing_left()
+            return None
+        restarted.append(int(line.split("; ")[1].split(" trajectory slots")[0]))
+        time.sleep(3 * 1.5 + 0.5)  # out of the restart's window
+    return run, restarted
+
+
+@pytest.mark.fault("kill -9 of rollout workers 5 times in one run (slots given back)")
+def test_repeated_rollout_worker_kills_give_back_their_slots_and_the_run_finishes(tmp_path):
+    """2 workers x 4 envs, batch 256 (8 trajectories per iteration), --traj_buffers_excess_ratio=1: 24 slots.
+    A killed worker holds at least one slot per agent (4); 5 kills strand 20 or more unless each restart gives
+    them back, and fewer than 8 in circulation starve the learner for good (every process alive, the run never
+    ends). Kills alternate between the workers, each after the previous restart's window (3 heartbeat timeouts
+    of 1.5 s: a failure inside it stops the run as a probably locked queue). A kill that leaves a queue locked (a
+    few percent) stops the run: then the scenario starts over in a new folder, three times at most."""
+    shm_before = shm_segments()
+    for attempt in range(3):
+        outcome = _kill_workers_again_and_again(tmp_path / f"attempt{attempt}")
+        if outcome is not None:
+            break
+    assert outcome is not None, "three runs in a row stopped on a locked queue"
+    run, restarted = outcome
+    print(f"slots given back per restart: {restarted}")
+    if not (all(n >= 4 for n in restarted) and sum(restarted) > 24 - 8):
+        run.proc.terminate()  # starved or about to: do not wait for it
+        run.finish()
+    assert all(n >= 4 for n in restarted), restarted  # at least one per agent of the dead worker
+    assert sum(restarted) > 24 - 8  # without them the learner would have starved
+    rc, err = run.finish()
+    run.assert_nothing_left()
+    check_finished(run, rc, err)
+    assert shm_segments() <= shm_before
+
+
 @pytest.fixture(scope="module")
 def learner_fault(tmp_path_factory):
     """kill -9 of the learner (the run stops), then a truncated newest checkpoint; the same command resumes."""
