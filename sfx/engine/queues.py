@@ -72,16 +72,6 @@ class LocalQueue:
     def empty(self) -> bool:
         return not self._items
 
-    def get_rest(self, timeout: float = 1.0) -> list:
-        """Everything the writers (now gone) left: waits until every reader that is not stuck has
-        finished a read begun after this call, at most ``timeout``."""
-        self._follow()
-        started = dict(self._rounds)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(self._rounds.get(k, 0) < n + 2 for k, n in started.items()):
-            time.sleep(0.01)
-        return self.get()
-
     def close(self) -> None:
         self._items.clear()
 
