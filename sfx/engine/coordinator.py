@@ -473,9 +473,10 @@ class ProcessRuntime:
 
     def restart(self, name: str) -> tuple[int, int]:
         """Kill ``name`` if it still runs, give back the trajectory slots it held, start it again.
-        Returns its restart count and the number of slots given back. Request and answer queues switch to fresh spares, a restarted rollout
-        worker starts a new request generation and the others resend what they wait for (answers to
-        older requests are ignored); LockedQueueError if even a fresh queue cannot be written."""
+        Returns its restart count and the number of slots given back. Every queue the dead process read
+        or wrote switches to a fresh spare, a restarted rollout worker starts a new request generation
+        and the others resend what they wait for (answers to older requests are ignored);
+        LockedQueueError if even a fresh queue cannot be written."""
         role, index, policy = self.roles[name]
         old = self.procs[name]
         if old.is_alive():
@@ -483,9 +484,11 @@ class ProcessRuntime:
         old.join(timeout=10)
         given_back = give_back_slots(self.w, index) if role == "rollout_worker" else 0
         # The dead process may have left any queue it read or wrote unusable (a lock or a condition
-        # variable held forever): every request and answer queue moves to a fresh spare, and every
+        # variable held forever): every request, answer, report and trajectory queue moves to a fresh
+        # spare (each once: the dummy sampler's wiring uses its policy queues as learner queues), and every
         # rollout worker asks again for what it was waiting for (old answers are ignored by generation).
-        for q in (*self.w.rollout_inboxes, *self.w.policy_queues, self.w.report_queue, *self.w.learner_queues):
+        queues = (*self.w.rollout_inboxes, *self.w.policy_queues, self.w.report_queue, *self.w.learner_queues)
+        for q in {id(q): q for q in queues}.values():
             q.switch()
         self.restarts[name] = self.restarts.get(name, 0) + 1
         self.w.heartbeats[self.w.components.index((role, index, policy))] = 0.0

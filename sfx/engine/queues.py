@@ -150,20 +150,18 @@ class QueuePump:
         self._source = source
         self._local: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = threading.Event()
-        self._readers: dict[int, threading.Thread] = {}
-        self._rounds: dict[int, int] = {}  # per reader: reads finished (one that stops counting is stuck)
+        # per queue read (one reader thread each): reads finished; a reader that stops counting is stuck
+        self._rounds: dict[int, int] = {}
         self._follow()
 
     def _follow(self) -> None:
         q = self._source.current if isinstance(self._source, SwitchableQueue) else self._source
-        if id(q) not in self._readers:
-            t = threading.Thread(target=self._read, args=(q,), daemon=True, name=f"queue pump {len(self._readers)}")
-            self._readers[id(q)] = t
-            t.start()
+        if id(q) not in self._rounds:
+            self._rounds[id(q)] = 0
+            threading.Thread(target=self._read, args=(q,), daemon=True, name=f"queue pump {len(self._rounds)}").start()
 
     def _read(self, q: Any) -> None:
         key = id(q)
-        self._rounds[key] = 0
         while not self._closed.is_set():
             msgs = drain(q, timeout=self.POLL_SEC)
             if msgs:
