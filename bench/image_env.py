@@ -26,7 +26,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.registry import register_env_family
 
 PREFIX = "bench_image_"

@@ -1,7 +1,7 @@
 """Every command-line parameter, its default and help; cfg.json resume; validation with clear errors."""
 
 from sfx.cfg.arguments import add_default_args, add_eval_args, int_like, str2bool
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.cfg.parsing import build_parser, default_cfg, explicit_flags, parse_args
 from sfx.cfg.validation import validate_cfg
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from sfx.cfg.arguments import add_default_args, add_eval_args
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.cfg.validation import validate_cfg
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

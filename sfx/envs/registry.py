@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import gymnasium
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.multi_agent import MultiAgentEnv, SingleAgentEnvAdapter
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.experiment.paths import cfg_path, status_path
 
 log = logging.getLogger(__name__)

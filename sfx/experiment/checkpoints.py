@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.experiment.cfg_io import atomic_write
 from sfx.experiment.paths import checkpoint_dir, milestones_dir
 

@@ -27,7 +27,7 @@ import argparse
 from typing import Any
 
 from sfx.cfg.arguments import add_bool_arg
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.atari.games import ATARI_57, PREFIX, all_rom_ids, check_game, game_name
 from sfx.envs.atari.wrappers import (EpisodicLifeEnv, FireReset, FrameStack, MaxPoolFrameSkip, NoopReset,
                                      ResizeFrame, action_index)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 
 PREFIX = "atari_"
 

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.dmlab.actions import action_table
 from sfx.envs.dmlab.instructions import InstructionTokenizer
 from sfx.envs.dmlab.levels import HNS_CAP, human_normalized_score, level_path

@@ -46,7 +46,7 @@ import functools
 import os
 
 from sfx.cfg.arguments import add_bool_arg
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.doom.actions import ACTION_SPACE_KINDS
 from sfx.envs.doom.reward_shaping import COMPONENTS, parse_reward_shaping
 from sfx.envs.doom.scenarios import PREFIX, SCENARIOS, DoomScenario, scenario_of

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import gymnasium
 import numpy as np
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 
 ACTION_SPACE_KINDS = ("discrete", "tuple")
 

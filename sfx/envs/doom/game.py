@@ -28,7 +28,7 @@ import cv2
 import numpy as np
 import vizdoom as vzd
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.doom.reward_shaping import TRACKED_VARIABLES
 from sfx.envs.doom.scenarios import DoomScenario
 

@@ -58,7 +58,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.doom.actions import DoomActions
 from sfx.envs.doom.match_process import MATCH_VARIABLES, MatchSpec, match_main
 from sfx.envs.doom.reward_shaping import RewardShaping

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 
 COMPONENTS = ("health_delta", "armor_delta", "ammo_delta", "kill", "item", "damage", "death")
 

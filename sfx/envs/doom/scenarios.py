@@ -42,7 +42,7 @@ import difflib
 import os
 from dataclasses import dataclass
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import gymnasium
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
 from sfx.envs.registry import env_seed, register_env_family
 from sfx.envs.wrappers import FrameSkip

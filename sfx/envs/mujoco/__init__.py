@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from sfx.cfg.errors import ConfigError
+from sfx.errors import ConfigError
 from sfx.envs.gym import make_gymnasium_as_agent
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
 from sfx.envs.registry import register_env_family

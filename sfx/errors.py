@@ -1,4 +1,4 @@
-"""The one exception type for bad user input."""
+"""The one exception type for bad user input: the ground floor every room may import (no sfx imports)."""
 
 from __future__ import annotations
 
