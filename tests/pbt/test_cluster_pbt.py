@@ -41,6 +41,7 @@ def test_population_dir_flags_are_checked(tmp_path):
 def member_cmd(tmp_path, name, lr, steps):
     return [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", f"--train_dir={tmp_path / 'td'}",
             f"--experiment={name}", "--num_workers=1", "--num_envs_per_worker=8", "--use_rnn=False",
+            "--hidden_size=64",  # the width it was calibrated with (the gym family's default is 512 now)
             "--batch_size=256", f"--learning_rate={lr}", "--seed=1", "--set_workers_cpu_affinity=False",
             "--with_pbt=True", f"--pbt_population_dir={tmp_path / 'pop'}", "--pbt_period_env_steps=10000",
             "--pbt_start_mutation=10000", f"--train_for_env_steps={steps}"]

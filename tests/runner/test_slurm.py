@@ -35,8 +35,9 @@ from sfx_runner.state import log_path, read_state
 REPO = Path(__file__).resolve().parents[2]
 START_SCRIPT = REPO / "scripts" / "local_slurm" / "start.sh"
 
+# 64 units: the width these jobs were timed with before the gym family's default became 512
 TINY_TRAIN = ("python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_envs_per_worker=4 "
-              "--serial_mode=True --device=cpu")
+              "--serial_mode=True --device=cpu --hidden_size=64")
 CPU_JOB = ["--runner=slurm", "--slurm_gpus_per_job=0", "--slurm_cpus_per_gpu=1"]
 
 # a stand-in experiment: records its argv, some environment and its folder, then exits with EXIT_CODE
