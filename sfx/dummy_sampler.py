@@ -37,7 +37,11 @@ import numpy as np
 import torch
 
 from sfx.cfg import ConfigError, parse_args
-from sfx.engine.coordinator import ProcessRuntime, SerialRuntime, _StopRequest, probe_env, wire
+from sfx.engine.coordinator import run_loop
+from sfx.engine.protocol import ERROR, ROLLOUT, STOPPED
+from sfx.engine.runtime import ProcessRuntime, SerialRuntime
+from sfx.engine.supervision import Stop, StopRequest
+from sfx.engine.wiring import ComponentSpec, Wiring, probe_env, training_components, wire
 from sfx.engine.stats import ThroughputMeter, format_duration
 
 log = logging.getLogger(__name__)
@@ -173,6 +177,115 @@ def format_step_times(s: dict) -> str:
             f"max {_fmt_sec(s['max_sec'])} over {s['count']:,} calls")
 
 
+def build_random_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
+    from sfx.engine.policy_worker import RandomPolicyWorker
+
+    return RandomPolicyWorker(spec.policy, spec.index, w.env_info.action_space, w.traj[spec.policy],
+                              w.free_slots[spec.policy], list(w.rollout_inboxes), w.cfg.seed)
+
+
+def sampler_components(w: Wiring) -> tuple[ComponentSpec, ...]:
+    """A random policy worker per policy (in place of policy workers and learner: it also frees finished
+    trajectories' slots, which arrive on its own queue) and the run's rollout workers."""
+    specs = [ComponentSpec("random_policy_worker", p, p, build_random_policy_worker, w.policy_queues[p])
+             for p in range(w.cfg.num_policies)]
+    return tuple(specs) + tuple(s for s in training_components(w) if s.role == "rollout_worker")
+
+
+class SamplerReporter:
+    """Counts frames, agent steps and episodes; the status line; knows when sampling time starts."""
+
+    def __init__(self, cfg: Any, step_times: StepTimes) -> None:
+        self.cfg = cfg
+        self.step_times = step_times
+        self.meter = ThroughputMeter(FPS_WINDOWS_SEC)
+        self.counts = {"agent_steps": 0, "episodes": 0}
+        self.stepping: set[int] = set()
+        self.measure_start: float | None = None
+        self.frames_at_measure_start = 0
+        self.start = self.last_report = time.time()
+
+    def started(self, start: float) -> None:
+        self.start = self.last_report = start
+
+    def handle(self, reports: list) -> None:
+        now = time.time()
+        for kind, who, payload in reports:
+            if kind == ROLLOUT:
+                self.counts["agent_steps"] += payload["env_steps"]
+                self.counts["episodes"] += len(payload["episodes"])
+                self.meter.add(payload["env_steps"] * int(self.cfg.env_frameskip), now)
+                if payload["env_steps"] > 0:
+                    self.stepping.add(who)
+                if self.measure_start is None and len(self.stepping) == self.cfg.num_workers:
+                    # every worker's envs exist and step: sampling time starts now
+                    self.measure_start, self.frames_at_measure_start = now, self.meter.total
+
+    def check(self, now: float) -> Stop | None:
+        if now - self.last_report >= self.cfg.report_every_sec:
+            self.last_report = now
+            log.info(_status_line(self.meter, now, self.counts["agent_steps"], self.step_times, self.start))
+        return None
+
+
+class SamplerStopRules:
+    """Sampling ends on a crash or an early exit of a component (nothing is restarted here), a signal,
+    the frame budget, the sampling time, or workers that never step."""
+
+    def __init__(self, cfg: Any, runtime: Any, reporter: SamplerReporter, stop_request: StopRequest,
+                 frame_budget: int | None) -> None:
+        self.cfg = cfg
+        self.runtime = runtime
+        self.reporter = reporter
+        self.stop_request = stop_request
+        self.frame_budget = frame_budget
+        self.errors: list[str] = []
+        self.stopped: set[str] = set()
+        self.start = time.time()
+        self.stop_time: float | None = None
+        self.fps_windows: dict[int, float] | None = None  # the FPS windows at the moment of the stop
+
+    def started(self, start: float) -> None:
+        self.start = start
+
+    def handle(self, reports: list) -> None:
+        for kind, who, _ in reports:
+            if kind == ERROR:
+                self.errors.append(who)
+            elif kind == STOPPED:
+                self.stopped.add(who)
+
+    def check(self, now: float) -> Stop | None:
+        stop = self._verdict(now)
+        if stop is not None:
+            self.stopping_now()
+        return stop
+
+    def stopping_now(self) -> None:
+        if self.stop_time is None:
+            self.stop_time = time.time()
+            self.fps_windows = {w: self.reporter.meter.rate(w, self.stop_time) for w in FPS_WINDOWS_SEC}
+
+    def _verdict(self, now: float) -> Stop | None:
+        cfg, r = self.cfg, self.reporter
+        if self.errors:
+            return Stop("failed", f"stopping: {', '.join(self.errors)} crashed (see the log above)", logging.ERROR)
+        dead = sorted(set(self.runtime.dead_components()) | self.stopped)
+        if dead:
+            return Stop("failed", f"stopping: {', '.join(dead)} exited before being asked to", logging.ERROR)
+        if self.stop_request.requested:
+            return Stop("interrupted", f"{self.stop_request.requested} received: stopping")
+        if self.frame_budget is not None and r.meter.total >= self.frame_budget:
+            return Stop("done")
+        if r.measure_start is None and now - self.start > STARTUP_LIMIT_SEC:
+            return Stop("failed", f"stopping: rollout workers {sorted(set(range(cfg.num_workers)) - r.stepping)} did "
+                                  f"not step within {STARTUP_LIMIT_SEC:.0f} s", logging.ERROR)
+        if cfg.timeout_seconds is not None and r.measure_start is not None \
+                and now - r.measure_start >= cfg.timeout_seconds:
+            return Stop("done")
+        return None
+
+
 def run_sampler(cfg: Any) -> dict:
     """Sample with random actions until ``sample_env_frames`` frames or ``timeout_seconds`` of sampling.
 
@@ -197,99 +310,40 @@ def run_sampler(cfg: Any) -> dict:
     env_info = probe_env(cfg)
     # the real model sizes the recurrent-state columns of the slots, so memory matches training's
     model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
-    w = wire(cfg, env_info, model, serial=cfg.serial_mode)
-    del model
-    # no learner: finished trajectories go to the random policy worker, which frees their slots
-    w.learner_queues = w.policy_queues
-    w.components = ([("random_policy_worker", p, p) for p in range(cfg.num_policies)]
-                    + [("rollout_worker", i, -1) for i in range(cfg.num_workers)])
     envs_per_worker = cfg.num_envs_per_worker
     step_times = StepTimes(cfg.num_workers * envs_per_worker)
-    w.make_env_fn = StepTimedMakeEnv(step_times)
+    # no learner: finished trajectories go to the random policy worker, which frees their slots
+    w = wire(cfg, env_info, model, serial=cfg.serial_mode, components=sampler_components, with_learners=False,
+             make_env_fn=StepTimedMakeEnv(step_times))
+    del model
     runtime = SerialRuntime(w, torch.device("cpu")) if cfg.serial_mode else ProcessRuntime(w)
     log.info("dummy sampler: %s, %d workers x %d envs x %d agents, frameskip %d, random actions; stops after %s",
              cfg.env, cfg.num_workers, envs_per_worker, env_info.num_agents, frameskip,
              " or ".join(filter(None, [f"{frame_budget:,} frames" if frame_budget else None,
                                        f"{cfg.timeout_seconds:g} s of sampling" if cfg.timeout_seconds else None])))
 
-    meter = ThroughputMeter(FPS_WINDOWS_SEC)
-    counts = {"agent_steps": 0, "episodes": 0}
-    stepping: set[int] = set()
-    errors: list[str] = []
-    stopped: set[str] = set()
-    start = time.time()
-    measure_start: float | None = None
-    frames_at_measure_start = 0
-
-    def handle(reports: list) -> None:
-        nonlocal measure_start, frames_at_measure_start
-        now = time.time()
-        for kind, who, payload in reports:
-            if kind == "rollout":
-                counts["agent_steps"] += payload["env_steps"]
-                counts["episodes"] += len(payload["episodes"])
-                meter.add(payload["env_steps"] * frameskip, now)
-                if payload["env_steps"] > 0:
-                    stepping.add(who)
-                if measure_start is None and len(stepping) == cfg.num_workers:
-                    # every worker's envs exist and step: sampling time starts now
-                    measure_start, frames_at_measure_start = now, meter.total
-            elif kind == "error":
-                errors.append(who)
-            elif kind == "stopped":
-                stopped.add(who)
-
-    status = "failed"
-    last_report = start
-    stop_time = start
-    with _StopRequest() as stop_request:
+    reporter = SamplerReporter(cfg, step_times)
+    with StopRequest() as stop_request:
+        rules = SamplerStopRules(cfg, runtime, reporter, stop_request, frame_budget)
         try:
-            runtime.start()
-            while True:
-                handle(runtime.step())
-                now = time.time()
-                if errors:
-                    log.error("stopping: %s crashed (see the log above)", ", ".join(errors))
-                    break
-                dead = sorted(set(runtime.dead_components()) | stopped)
-                if dead:
-                    log.error("stopping: %s exited before being asked to", ", ".join(dead))
-                    break
-                if stop_request.requested:
-                    log.info("%s received: stopping", stop_request.requested)
-                    status = "interrupted"
-                    break
-                if frame_budget is not None and meter.total >= frame_budget:
-                    status = "done"
-                    break
-                if measure_start is None and now - start > STARTUP_LIMIT_SEC:
-                    log.error("stopping: rollout workers %s did not step within %.0f s",
-                              sorted(set(range(cfg.num_workers)) - stepping), STARTUP_LIMIT_SEC)
-                    break
-                if cfg.timeout_seconds is not None and measure_start is not None \
-                        and now - measure_start >= cfg.timeout_seconds:
-                    status = "done"
-                    break
-                if now - last_report >= cfg.report_every_sec:
-                    last_report = now
-                    log.info(_status_line(meter, now, counts["agent_steps"], step_times, start))
+            status = run_loop(runtime, [reporter, rules], forced=lambda: stop_request.forced)
         except Exception:
             log.exception("dummy sampler crashed")
-            status = "failed"
             raise
         finally:
-            stop_time = time.time()
-            fps_windows = {w_: meter.rate(w_, stop_time) for w_ in FPS_WINDOWS_SEC}
-            runtime.stop(handle, timeout_sec=5.0 if stop_request.forced else 30.0)
+            rules.stopping_now()  # no-op after a stop rule fired
+    stop_time, fps_windows = rules.stop_time, rules.fps_windows
 
+    start = reporter.start
+    measure_start, frames_at_measure_start = reporter.measure_start, reporter.frames_at_measure_start
     if measure_start is None:
-        measure_start, frames_at_measure_start = stop_time, meter.total
+        measure_start, frames_at_measure_start = stop_time, reporter.meter.total
     sampling_sec = stop_time - measure_start
-    frames = meter.total
+    frames = reporter.meter.total
     result = {
         "status": status, "env": cfg.env, "num_workers": cfg.num_workers, "num_envs_per_worker": envs_per_worker,
-        "frames": frames, "agent_steps": counts["agent_steps"], "env_steps": step_times.summary()["count"],
-        "env_frameskip": frameskip, "num_agents": env_info.num_agents, "episodes": counts["episodes"],
+        "frames": frames, "agent_steps": reporter.counts["agent_steps"], "env_steps": step_times.summary()["count"],
+        "env_frameskip": frameskip, "num_agents": env_info.num_agents, "episodes": reporter.counts["episodes"],
         "startup_sec": measure_start - start, "sampling_sec": sampling_sec,
         "fps": (frames - frames_at_measure_start) / sampling_sec if sampling_sec > 0 else float("nan"),
         "fps_windows": fps_windows, "step_time": step_times.summary(),

@@ -20,6 +20,8 @@ Ctrl+C stops early and still prints the summary of the episodes finished so far.
 
 from __future__ import annotations
 
+import argparse
+import copy
 import math
 import sys
 import time
@@ -29,16 +31,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError, add_eval_args, parse_args
 
 DEFAULT_VIDEO_FPS = 30
+MAX_VIDEO_FRAMES = 10**9  # frames past this are not written (a guard against filling the disk)
 
 
-def _opt(cfg: Any, name: str, default: Any) -> Any:
-    """An evaluation setting: only a cfg parsed with ``evaluation=True`` has them, so a training cfg
-    handed to :func:`enjoy` plays with their defaults."""
-    value = getattr(cfg, name, None)
-    return default if value is None else value
+def _with_eval_flags(cfg: Any) -> Any:
+    """``cfg`` with every evaluation flag. A training cfg handed to :func:`enjoy` lacks them: a copy
+    gets their parser defaults (``add_eval_args`` is their one home); a cfg parsed with
+    ``evaluation=True`` comes back as it is."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_eval_args(parser)
+    missing = {k: v for k, v in vars(parser.parse_args([])).items() if not hasattr(cfg, k)}
+    if not missing:
+        return cfg
+    cfg = copy.copy(cfg)
+    for key, value in missing.items():
+        setattr(cfg, key, value)
+    return cfg
 
 
 def _make_env(cfg: Any, render_mode: str | None) -> Any:
@@ -90,9 +101,8 @@ def _render(env: Any, cfg: Any) -> Any:
 
 
 def _video_fps(cfg: Any, env: Any) -> float:
-    fps = _opt(cfg, "fps", 0)
-    if fps and fps > 0:
-        return float(fps)
+    if cfg.fps > 0:
+        return float(cfg.fps)
     # the one-agent adapter keeps the gymnasium env (and its metadata) in .env
     metadata = getattr(env, "metadata", None) or getattr(getattr(env, "env", None), "metadata", None) or {}
     return float(metadata.get("render_fps") or DEFAULT_VIDEO_FPS)
@@ -101,22 +111,27 @@ def _video_fps(cfg: Any, env: Any) -> float:
 def enjoy(cfg: Any) -> dict:
     """Play the newest checkpoint of ``cfg.policy_index`` in ``cfg.env``; see the module docstring.
 
+    ``cfg``: parsed with ``evaluation=True``, or a training cfg (its evaluation flags then take their
+    defaults).
+
     Returns a dict: ``episodes`` (count), ``rewards`` and ``lengths`` (per finished episode, in
     order), ``mean_reward`` and ``std_reward`` (nan when no episode finished), ``frames``
     (agent steps times env_frameskip), ``video_path`` (str or None), ``interrupted`` (Ctrl+C).
     Raises :class:`~sfx.cfg.ConfigError` when the experiment has no checkpoint.
     """
     from sfx.algo.distributions import action_to_env, make_action_distribution
+    from sfx.engine.wiring import resolve_device
     from sfx.experiment import checkpoint_dir, experiment_dir, load_latest_checkpoint
     from sfx.models import create_actor_critic
     from sfx.models.obs import stack_obs
 
-    policy_id = int(_opt(cfg, "policy_index", 0))
-    max_episodes = int(_opt(cfg, "max_num_episodes", 10**9))
-    max_frames = int(_opt(cfg, "max_num_frames", 10**12))
-    deterministic = bool(_opt(cfg, "deterministic", False) or _opt(cfg, "eval_deterministic", False))
-    save_video = bool(_opt(cfg, "save_video", False))
-    no_render = bool(_opt(cfg, "no_render", False))
+    cfg = _with_eval_flags(cfg)
+    policy_id = int(cfg.policy_index)
+    max_episodes = int(cfg.max_num_episodes)
+    max_frames = int(cfg.max_num_frames)
+    deterministic = bool(cfg.deterministic)
+    save_video = bool(cfg.save_video)
+    no_render = bool(cfg.no_render)
 
     # the checkpoint is checked before the env is made: a missing one is the common mistake and
     # some envs are slow to start
@@ -130,24 +145,23 @@ def enjoy(cfg: Any) -> dict:
     env = _make_env(cfg, render_mode)
     video = None
     try:
-        device = torch.device("cuda" if _opt(cfg, "device", "cpu") == "gpu" and torch.cuda.is_available() else "cpu")
+        device = resolve_device(cfg, warn=True)
         model = create_actor_critic(cfg, env.observation_space, env.action_space)
         model.load_state_dict(checkpoint["model"])
         model.to(device).for_inference()
         action_space = env.action_space
         num_agents = env.num_agents
         rnn_size = max(1, int(model.rnn_state_size))
-        frameskip = max(1, int(_opt(cfg, "env_frameskip", 1)))
+        frameskip = max(1, int(cfg.env_frameskip))
 
-        seed = _opt(cfg, "seed", None)
+        seed = cfg.seed
         if seed is not None:
             torch.manual_seed(int(seed))
         if save_video:
-            video_name = _opt(cfg, "video_name", None)
-            video_path = experiment_dir(cfg) / (video_name or "replay.mp4")  # absolute names win
-            video = _VideoWriter(video_path, _video_fps(cfg, env), int(_opt(cfg, "video_frames", 10**9)))
+            video_path = experiment_dir(cfg) / (cfg.video_name or "replay.mp4")  # absolute names win
+            video = _VideoWriter(video_path, _video_fps(cfg, env), MAX_VIDEO_FRAMES)
         frame_sleep = 0.0
-        if render_mode == "human" and _opt(cfg, "fps", 0) > 0:
+        if render_mode == "human" and cfg.fps > 0:
             frame_sleep = 1.0 / float(cfg.fps)
 
         try:
@@ -156,7 +170,9 @@ def enjoy(cfg: Any) -> dict:
             raise ConfigError(f"cannot render {cfg.env!r} ({e}); pass --no_render to play headless") from e
         if video is not None:
             video.add(_render(env, cfg))
-        rnn_states = torch.zeros(num_agents, rnn_size, device=device)
+        # the state each episode starts from, as the model's core declares it (zeros for GRU / LSTM)
+        initial_rnn = model.initial_rnn_states(1, device)[0]
+        rnn_states = initial_rnn.expand(num_agents, rnn_size).clone()
         running_reward = np.zeros(num_agents, dtype=np.float64)
         running_len = np.zeros(num_agents, dtype=np.int64)
         rewards: list[float] = []
@@ -194,7 +210,7 @@ def enjoy(cfg: Any) -> dict:
                     print(f"episode {len(rewards)}{agent}: reward {reward:.3f}, length {length}", flush=True)
                     running_reward[i] = 0.0
                     running_len[i] = 0
-                    rnn_states[i] = 0.0  # the env auto-reset: the next obs starts a new episode
+                    rnn_states[i] = initial_rnn  # the env auto-reset: the next obs starts a new episode
                     if len(rewards) >= max_episodes:
                         break
                 if frame_sleep:

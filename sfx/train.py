@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import sfx.pbt  # noqa: F401 - registers population-based training as a coordinator observer
 from sfx.cfg import ConfigError, parse_args
 from sfx.engine import run_training
 

@@ -1,8 +1,10 @@
-"""Pure RL math: V-trace, GAE, PPO losses, action distributions, normalizers.
+"""Pure RL math: V-trace, GAE, PPO losses, the APPO step's targets and loss terms, action
+distributions, normalizers.
 
 Tensors and scalars in, tensors out; no processes and no cfg objects here.
 """
 
+from sfx.algo.appo import APPOParams, LossTerms, TrajectoryOutputs, appo_loss_terms, appo_targets
 from sfx.algo.distributions import (
     ActionDistribution,
     UnsupportedActionSpaceError,
@@ -14,9 +16,16 @@ from sfx.algo.distributions import (
 from sfx.algo.gae import gae
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
+from sfx.algo.targets import Targets
 from sfx.algo.vtrace import vtrace
 
 __all__ = [
+    "APPOParams",
+    "LossTerms",
+    "Targets",
+    "TrajectoryOutputs",
+    "appo_loss_terms",
+    "appo_targets",
     "ActionDistribution",
     "UnsupportedActionSpaceError",
     "action_params_size",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from sfx.algo._shapes import check_time_major, discounted_backward_scan
+from sfx.algo.targets import Targets
 
 __all__ = ["gae"]
 
@@ -29,7 +30,7 @@ def gae(
     bootstrap_value: torch.Tensor,
     discounts: torch.Tensor,
     lambda_: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Targets:
     """GAE advantages and lambda-returns, time-major.
 
     Args:
@@ -40,7 +41,7 @@ def gae(
         lambda_: the GAE ``lambda`` in [0, 1] (1 = Monte-Carlo returns, 0 = one-step TD).
 
     Returns:
-        ``(advantages, returns)``, both ``[T, B]``; ``returns = advantages + values``.
+        ``Targets(returns, advantages)``, both ``[T, B]``; ``returns = advantages + values``.
         No gradient flows through either.
     """
     check_time_major("gae", values, bootstrap_value, rewards=rewards, discounts=discounts)
@@ -56,4 +57,4 @@ def gae(
         advantages = discounted_backward_scan(deltas, decay)
         returns = advantages + values
 
-    return advantages, returns
+    return Targets(returns=returns, advantages=advantages)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from sfx.algo._shapes import check_time_major, discounted_backward_scan
+from sfx.algo.targets import Targets
 
 __all__ = ["vtrace"]
 
@@ -48,7 +49,7 @@ def vtrace(
     clip_pg_rho_threshold: float | None = 1.0,
     lambda_: float = 1.0,
     clip_c_threshold: float | None = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Targets:
     """V-trace targets ``vs`` and policy-gradient advantages, time-major.
 
     Args:
@@ -65,8 +66,8 @@ def vtrace(
         clip_c_threshold: ``c_bar`` for the trace coefficients; ``None`` = no clipping.
 
     Returns:
-        ``(vs, pg_advantages)``, both ``[T, B]`` with the dtype of ``values``. No gradient flows
-        through either (they are regression / advantage targets).
+        ``Targets(returns=vs, advantages=pg_advantages)``, both ``[T, B]`` with the dtype of
+        ``values``. No gradient flows through either (they are regression / advantage targets).
     """
     check_time_major("vtrace", values, bootstrap_value, log_rhos=log_rhos, discounts=discounts, rewards=rewards)
 
@@ -89,4 +90,4 @@ def vtrace(
         clipped_pg_rhos = _clip_above(rhos, clip_pg_rho_threshold)
         pg_advantages = clipped_pg_rhos * (rewards + discounts * vs_tp1 - values)
 
-    return vs, pg_advantages
+    return Targets(returns=vs, advantages=pg_advantages)

@@ -173,7 +173,11 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
 
     g = parser.add_argument_group("model")
     add_bool_arg(g, "use_rnn", True, "recurrent core after the encoder")
-    g.add_argument("--rnn_type", choices=["gru", "lstm"], default="gru", help="recurrent core type")
+    # no argparse choices: names registered with sfx.models.register_core are valid too; validate_cfg
+    # checks the name against sfx.cfg.core_names (torch-free) and lists the allowed ones
+    g.add_argument("--rnn_type", default="gru",
+                   help="recurrent core type (with --use_rnn): gru, lstm, or a custom core registered with "
+                        "sfx.models.register_core")
     g.add_argument("--rnn_num_layers", type=int, default=1, help="recurrent core layers")
     g.add_argument("--hidden_size", type=int, default=512, help="width of the encoder output and the core")
     # no argparse choices: names registered with sfx.models.register_encoder are valid too; the

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sfx.cfg.core_names import check_rnn_type
 from sfx.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ConfigError(f"--{name}={value} must be > 0")
 
+    check_rnn_type(cfg.rnn_type)
     if not 0.0 < cfg.gamma <= 1.0:
         raise ConfigError(f"--gamma={cfg.gamma} must be in (0, 1]")
     if not 0.0 <= cfg.gae_lambda <= 1.0:
@@ -51,16 +53,16 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         value = getattr(cfg, name)
         if not 0.0 <= value < 1.0:
             raise ConfigError(f"--{name}={value} must be in [0, 1)")
-    if getattr(cfg, "max_component_restarts", 0) < 0:
+    if cfg.max_component_restarts < 0:
         raise ConfigError(f"--max_component_restarts={cfg.max_component_restarts} must be >= 0")
     if cfg.reset_timeout_seconds <= 0:
         raise ConfigError(f"--reset_timeout_seconds={cfg.reset_timeout_seconds} must be > 0")
     if cfg.decorrelate_experience_max_seconds < 0:
         raise ConfigError(f"--decorrelate_experience_max_seconds={cfg.decorrelate_experience_max_seconds} must be "
                           f">= 0 (0 = no delay)")
-    if getattr(cfg, "heartbeat_timeout_sec", 1.0) <= 0:
+    if cfg.heartbeat_timeout_sec <= 0:
         raise ConfigError(f"--heartbeat_timeout_sec={cfg.heartbeat_timeout_sec} must be > 0")
-    if getattr(cfg, "learner_main_loop_num_cores", 0) < 0:
+    if cfg.learner_main_loop_num_cores < 0:
         raise ConfigError(f"--learner_main_loop_num_cores={cfg.learner_main_loop_num_cores} must be >= 0 (0 = auto)")
     for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff"):
         value = getattr(cfg, name)
@@ -75,9 +77,9 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 
-    if getattr(cfg, "sample_env_frames", 1) <= 0:
+    if cfg.sample_env_frames <= 0:
         raise ConfigError(f"--sample_env_frames={cfg.sample_env_frames} must be a positive integer (> 0)")
-    if getattr(cfg, "timeout_seconds", None) is not None and not cfg.timeout_seconds > 0:
+    if cfg.timeout_seconds is not None and not cfg.timeout_seconds > 0:
         raise ConfigError(f"--timeout_seconds={cfg.timeout_seconds} must be > 0")
 
     _fit_default_splits(cfg)
@@ -89,7 +91,7 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if cfg.use_rnn and cfg.rollout % cfg.recurrence != 0:
         raise ConfigError(f"--rollout={cfg.rollout} must be a multiple of --recurrence={cfg.recurrence} "
                           f"(with --use_rnn=True)")
-    if getattr(cfg, "with_pbt", False):
+    if cfg.with_pbt:
         if cfg.pbt_population_dir:
             if cfg.num_policies != 1:
                 raise ConfigError(f"--pbt_population_dir makes this experiment one member of a population of "

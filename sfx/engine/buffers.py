@@ -107,12 +107,14 @@ class AgentBuffers:
 
     final_obs: dict[str, torch.Tensor]  # key -> [A, *shape]
     final_rnn: torch.Tensor             # [A, S]
+    initial_rnn: torch.Tensor           # [S]: the state every episode starts from (the core's declaration)
 
 
 def allocate_agent_buffers(num_agents_total: int, obs: ObsSpec, rnn_size: int) -> AgentBuffers:
     return AgentBuffers(
         final_obs=_shared_obs((num_agents_total,), obs),
         final_rnn=torch.zeros((num_agents_total, rnn_size)).share_memory_(),
+        initial_rnn=torch.zeros(rnn_size).share_memory_(),
     )
 
 

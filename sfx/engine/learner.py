@@ -4,6 +4,11 @@ It collects trajectory slot indices from its queue, copies a whole iteration's w
 trajectories out of shared memory (and frees those slots at once, so rollouts never wait for the
 optimizer), then runs ``ppo_epochs`` passes of minibatch SGD with V-trace (or GAE) targets and the
 clipped PPO loss. After every optimizer step it publishes the new weights to the policy workers.
+
+One minibatch step is ``learning_step``: the model recomputes the trajectories
+(``ActorCritic.forward_trajectories``), ``sfx.algo.appo`` gives the targets and the named loss
+terms, and the step sums ``coefficient * term``, steps the optimizer and returns its statistics.
+It runs without any process or queue (tests, ``bench/learner_step.py``).
 """
 
 from __future__ import annotations
@@ -11,16 +16,18 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import time
 from typing import Any
 
 import torch
 
+from sfx.algo.appo import LOSS_TERMS, APPOParams, appo_loss_terms, appo_targets
 from sfx.algo.distributions import make_action_distribution
-from sfx.algo.gae import gae
-from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
-from sfx.algo.vtrace import vtrace
 from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer, tree_map
+from sfx.engine.component import Component
+from sfx.engine.protocol import (CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, PBT_APPLIED, PBT_SNAPSHOT, PBT_UPDATE,
+                                 TRAIN, TRAJ)
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +56,99 @@ def batch_summary(mb: dict) -> str:
     return "; ".join(parts)
 
 
-class Learner:
-    """Messages in: ``('traj', [slots])``; from population-based training
-    ``('pbt_snapshot', {'request', 'path'})`` (save the whole state there) and
-    ``('pbt_update', {'params', 'load_path', 'from_policy'})`` (load another policy's snapshot,
-    then use new hyperparameters). Out: free slot indices to the policy's free queue,
-    ``('learner_ready' | 'train' | 'checkpoint' | 'pbt_snapshot' | 'pbt_applied', policy_id, dict)``
-    to the report queue."""
+class NonFiniteBatch(Exception):
+    """A minibatch whose ``where`` (value targets / advantages, loss or gradients) is not finite:
+    ``learning_step`` applied nothing from it (the returns normalizer may have seen its targets)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"{where} not finite")
+        self.where = where
+
+
+def make_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The learner's optimizer: Adam with ``--learning_rate``, ``--adam_beta1/2``, ``--adam_eps``."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                            eps=cfg.adam_eps)
+
+
+def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: dict[str, Any],
+                  valids: torch.Tensor, cfg: Any) -> dict[str, float]:
+    """One APPO minibatch step on ``model`` (an ``ActorCritic``): forward, targets, loss, backward,
+    gradient clipping and ``optimizer.step()``. Needs no process or queue.
+
+    Args:
+        mb: a minibatch shaped like ``TrajectoryBuffers.tensors()`` with ``B`` trajectories:
+            ``obs {key: [B, T+1, ...]}``, ``rnn_states [B, T+1, S]``, ``actions``, ``log_probs``,
+            ``action_params``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``trunc_values``.
+        valids: ``[B, T]`` bool, the samples that count.
+        cfg: read for ``APPOParams`` and ``use_rnn``, ``recurrence``, ``normalize_returns``, ``max_grad_norm``.
+
+    Returns:
+        The step's statistics: ``loss/total``, ``loss/<term>``, ``entropy``, ``kl``, ``grad_norm``,
+        ``ratio_mean``, ``adv_std``, ``value_mean``, ``target_mean``.
+
+    Raises:
+        NonFiniteBatch: targets, loss or gradients not finite; the weights are unchanged.
+    """
+    params = APPOParams.from_cfg(cfg)
+    n, T = mb["rewards"].shape
+    done = mb["terminated"] | mb["truncated"]
+    # Recompute the whole batch with current weights, `recurrence` steps at a time, starting
+    # each chunk from the recurrent state the behaviour policy had there.
+    out = model.forward_trajectories(mb["obs"], mb["rnn_states"], done, cfg.recurrence if cfg.use_rnn else T)
+    space = model.action_space
+    dist = make_action_distribution(space, out.action_params.reshape(n * T, -1))
+    log_prob = dist.log_prob(mb["actions"].reshape(n * T, -1)).reshape(n, T)
+    old_dist = make_action_distribution(space, mb["action_params"].reshape(n * T, -1))
+
+    values = out.values.detach()
+    log_rhos = log_prob.detach() - mb["log_probs"] if params.with_vtrace else None
+    targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
+                           out.bootstrap_values, log_rhos, valids, params)
+    if not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all())):
+        raise NonFiniteBatch("value targets / advantages")
+    with torch.no_grad():
+        if cfg.normalize_returns and getattr(model, "returns_normalizer", None) is not None:
+            model.returns_normalizer.update(targets.returns[valids])
+        returns_norm = model.normalize_values(targets.returns)
+        old_values_norm = model.normalize_values(mb["values"])
+
+    terms = appo_loss_terms(dist, old_dist, log_prob, mb["log_probs"], targets, returns_norm, out.values,
+                            out.values_normalized, old_values_norm, valids, params)
+    loss = None
+    for name, coeff in params.coefficients.items():
+        weighted = coeff * getattr(terms, name)
+        loss = weighted if loss is None else loss + weighted
+
+    if not bool(torch.isfinite(loss)):
+        raise NonFiniteBatch("loss")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    # --max_grad_norm <= 0: no clipping (an infinite bound still measures the norm)
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if not bool(torch.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteBatch("gradients")
+    optimizer.step()
+
+    names = {"exploration": f"loss/{cfg.exploration_loss}"}
+    stats = {"loss/total": loss.item()}
+    stats.update({names.get(name, f"loss/{name}"): getattr(terms, name).item() for name in LOSS_TERMS})
+    stats.update({
+        "entropy": terms.entropy.item(), "kl": terms.kl.item(), "grad_norm": grad_norm.item(),
+        "ratio_mean": terms.ratio_mean.item(), "adv_std": terms.adv_std.item(),
+        "value_mean": terms.value_mean.item(), "target_mean": terms.target_mean.item(),
+    })
+    return stats
+
+
+class Learner(Component):
+    """A component (start / process / tick / finish). Messages in (:mod:`sfx.engine.protocol`): ``TRAJ``
+    on its inbox; on its control queue, from population-based training, ``PBT_SNAPSHOT`` (save the whole
+    state there) and ``PBT_UPDATE`` (load another policy's snapshot, then use new hyperparameters).
+    Out: free slot indices to the policy's free queue; ``LEARNER_READY``, ``TRAIN``, ``CHECKPOINT``,
+    ``CHECKPOINT_FAILED``, ``PBT_SNAPSHOT``, ``PBT_APPLIED`` reports."""
 
     def __init__(self, cfg: Any, policy_id: int, model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
@@ -70,8 +163,7 @@ class Learner:
         self.weights = weights
         self.free_slots = free_slot_queue
         self.report_queue = report_queue
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate,
-                                          betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.optimizer = make_optimizer(cfg, self.model)
         self.pending: list[int] = []
         self.nan_batches = 0  # minibatches skipped for NaN/inf, over this process's life
         self.consecutive_nan_batches = 0
@@ -98,7 +190,7 @@ class Learner:
             group["lr"] = self.cfg.learning_rate
         self._apply_saved_policy_params()
         self.weights.publish(self.model, self.train_step)
-        self.report_queue.put(("learner_ready", self.policy_id,
+        self.report_queue.put((LEARNER_READY, self.policy_id,
                                {"env_steps": self.env_steps, "train_step": self.train_step}))
 
     def state(self) -> dict:
@@ -121,7 +213,7 @@ class Learner:
             log.error("policy %d: checkpoint at train step %d could not be saved: %s. The previous checkpoint is "
                       "intact (%s); the next save is in %.0f s", self.policy_id, self.train_step,
                       e.strerror or e, kept[0] if kept else "none yet", self.cfg.save_every_sec)
-            self.report_queue.put(("checkpoint_failed", self.policy_id, {"error": str(e)}))
+            self.report_queue.put((CHECKPOINT_FAILED, self.policy_id, {"error": str(e)}))
             return
         self.last_save = time.time()
         if self.cfg.save_milestones_sec > 0 and time.time() - self.last_milestone >= self.cfg.save_milestones_sec:
@@ -130,7 +222,7 @@ class Learner:
             except OSError as e:
                 log.error("policy %d: milestone copy of %s failed: %s", self.policy_id, path, e.strerror or e)
             self.last_milestone = time.time()
-        self.report_queue.put(("checkpoint", self.policy_id, {"path": str(path), "env_steps": self.env_steps,
+        self.report_queue.put((CHECKPOINT, self.policy_id, {"path": str(path), "env_steps": self.env_steps,
                                                               "train_step": self.train_step}))
 
     # ---------------------------------------------------------------- population-based training
@@ -148,7 +240,7 @@ class Learner:
         from sfx.experiment import policy_cfg_path
 
         path = policy_cfg_path(self.cfg, self.policy_id)
-        if getattr(self.cfg, "with_pbt", False) and path.is_file():
+        if self.cfg.with_pbt and path.is_file():
             params = json.loads(path.read_text()).get("params", {})
             self.apply_params(params)
             log.info("policy %d uses its saved PBT hyperparameters %s", self.policy_id, params)
@@ -161,7 +253,7 @@ class Learner:
         path = Path(payload["path"])
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_torch_save(self.state(), path)
-        self.report_queue.put(("pbt_snapshot", self.policy_id, {"request": payload["request"], "path": str(path)}))
+        self.report_queue.put((PBT_SNAPSHOT, self.policy_id, {"request": payload["request"], "path": str(path)}))
 
     def _pbt_update(self, payload: dict) -> None:
         from pathlib import Path
@@ -178,8 +270,15 @@ class Learner:
         self.apply_params(payload["params"])
         if load_path:
             self.weights.publish(self.model, self.train_step)
-        self.report_queue.put(("pbt_applied", self.policy_id, {"params": dict(payload["params"]),
+        self.report_queue.put((PBT_APPLIED, self.policy_id, {"params": dict(payload["params"]),
                                                                "from_policy": payload.get("from_policy")}))
+
+    def tick(self) -> None:
+        self.maybe_save()
+
+    def finish(self) -> None:
+        """The final checkpoint (after a stop, or after a crash: the last good weights)."""
+        self.save_checkpoint()
 
     def maybe_save(self) -> None:
         if time.time() - self.last_save >= self.cfg.save_every_sec:
@@ -189,11 +288,11 @@ class Learner:
 
     def process(self, msgs: list) -> None:
         for kind, payload in msgs:
-            if kind == "traj":
+            if kind == TRAJ:
                 self.pending.extend(payload)
-            elif kind == "pbt_snapshot":
+            elif kind == PBT_SNAPSHOT:
                 self._pbt_snapshot(payload)
-            elif kind == "pbt_update":
+            elif kind == PBT_UPDATE:
                 self._pbt_update(payload)
             else:
                 raise ValueError(f"learner got unknown message {kind!r}")
@@ -246,7 +345,7 @@ class Learner:
             "lr": self.optimizer.param_groups[0]["lr"],
             "train_sec": time.time() - t_start,
         })
-        self.report_queue.put(("train", self.policy_id, stats))
+        self.report_queue.put((TRAIN, self.policy_id, stats))
 
     def _skip_not_finite(self, mb: dict, where: str) -> None:
         """A minibatch with NaN/inf in ``where`` is not applied; too many in a row stop the run."""
@@ -256,7 +355,7 @@ class Learner:
         log.warning("policy %d: %s not finite in a minibatch (train step %d): skipped (%d so far, %d in a row). "
                     "Batch: %s", self.policy_id, where, self.train_step, self.nan_batches,
                     self.consecutive_nan_batches, summary)
-        limit = getattr(self.cfg, "max_nan_batches", 20)
+        limit = self.cfg.max_nan_batches
         if self.consecutive_nan_batches >= limit:
             raise FloatingPointError(
                 f"policy {self.policy_id}: {self.consecutive_nan_batches} minibatches in a row had non-finite "
@@ -264,91 +363,13 @@ class Learner:
                 f"Last batch: {summary}")
 
     def _train_minibatch(self, mb: dict[str, torch.Tensor], valids: torch.Tensor) -> dict[str, float] | None:
-        cfg, model = self.cfg, self.model
-        n, T = mb["rewards"].shape
-        R = cfg.recurrence if cfg.use_rnn else T
-        obs = mb["obs"]
-        done = mb["terminated"] | mb["truncated"]
-
-        # Recompute the whole batch with current weights, `recurrence` steps at a time, starting
-        # each chunk from the recurrent state the behaviour policy had there.
-        seq_obs = {k: v[:, :T].reshape(n * T // R, R, *v.shape[2:]) for k, v in obs.items()}
-        seq_init = mb["rnn_states"][:, 0:T:R].reshape(n * T // R, -1)
-        prev_done = torch.cat([torch.zeros_like(done[:, :1]), done[:, :-1]], dim=1)
-        seq_resets = prev_done.reshape(n * T // R, R)
-        out = model.forward_sequence(seq_obs, seq_init, seq_resets)
-        params = out["action_params"].reshape(n * T, -1)
-        values_norm = out["values_normalized"].reshape(n, T)
-        values = out["values"].reshape(n, T)
-        with torch.no_grad():
-            bootstrap = model.forward_step({k: v[:, T] for k, v in obs.items()}, mb["rnn_states"][:, T])["values"]
-
-        space = model.action_space
-        dist = make_action_distribution(space, params)
-        actions = mb["actions"].reshape(n * T, -1)
-        log_prob = dist.log_prob(actions).reshape(n, T)
-        old_dist = make_action_distribution(space, mb["action_params"].reshape(n * T, -1))
-
-        # time-major [T, n] for the target recursions
-        def tm(x: torch.Tensor) -> torch.Tensor:
-            return x.transpose(0, 1)
-
-        rewards = (mb["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
-        # a time limit is not the end of the task: bootstrap from V(final obs) on truncation
-        rewards = rewards + cfg.gamma * mb["truncated"].float() * mb["trunc_values"]
-        discounts = cfg.gamma * (1.0 - done.float())
-        with torch.no_grad():
-            if cfg.with_vtrace:
-                log_rhos = log_prob.detach() - mb["log_probs"]
-                vs, adv = vtrace(tm(log_rhos), tm(discounts), tm(rewards), tm(values.detach()), bootstrap,
-                                 clip_rho_threshold=cfg.vtrace_rho, clip_pg_rho_threshold=cfg.vtrace_rho,
-                                 lambda_=1.0, clip_c_threshold=cfg.vtrace_c)
-            else:
-                adv, vs = gae(tm(rewards), tm(values.detach()), bootstrap, tm(discounts), cfg.gae_lambda)
-            vs, adv = tm(vs), tm(adv)
-            if not (bool(torch.isfinite(vs).all()) and bool(torch.isfinite(adv).all())):
-                self._skip_not_finite(mb, "value targets / advantages")
-                return None
-            if cfg.normalize_returns and getattr(model, "returns_normalizer", None) is not None:
-                model.returns_normalizer.update(vs[valids])
-            targets_norm = model.normalize_values(vs)
-            old_values_norm = model.normalize_values(mb["values"])
-            adv_valid = adv[valids]
-            if adv_valid.numel() > 1:
-                adv = (adv - adv_valid.mean()) / (adv_valid.std() + 1e-8)
-
-        policy_loss, ratio = ppo_policy_loss(log_prob, mb["log_probs"], adv, cfg.ppo_clip_ratio, valids)
-        value_loss = ppo_value_loss(values_norm, old_values_norm, targets_norm, cfg.ppo_clip_value, valids)
-        entropy = dist.entropy().reshape(n, T)
-        if cfg.exploration_loss == "symmetric_kl":
-            ent_loss = symmetric_kl_loss(dist.symmetric_kl_with_uniform().reshape(n, T), valids)
-        else:
-            ent_loss = entropy_loss(entropy, valids)
-        kl = old_dist.kl_divergence(dist).reshape(n, T)
-        kl_term = kl_loss(kl, valids)
-        loss = (policy_loss + cfg.value_loss_coeff * value_loss + cfg.exploration_loss_coeff * ent_loss
-                + cfg.kl_loss_coeff * kl_term)
-
-        if not bool(torch.isfinite(loss)):
-            self._skip_not_finite(mb, "loss")
-            return None
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        if not bool(torch.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            self._skip_not_finite(mb, "gradients")
+        """``learning_step``, then publish the new weights; ``None`` when the minibatch was skipped."""
+        try:
+            stats = learning_step(self.model, self.optimizer, mb, valids, self.cfg)
+        except NonFiniteBatch as e:
+            self._skip_not_finite(mb, e.where)
             return None
         self.consecutive_nan_batches = 0
-        self.optimizer.step()
         self.train_step += 1
-        self.weights.publish(model, self.train_step)
-
-        return {
-            "loss/total": loss.item(), "loss/policy": policy_loss.item(), "loss/value": value_loss.item(),
-            f"loss/{cfg.exploration_loss}": ent_loss.item(), "loss/kl": kl_term.item(),
-            "entropy": float(masked_mean(entropy.detach(), valids)), "kl": float(masked_mean(kl.detach(), valids)),
-            "grad_norm": float(grad_norm), "ratio_mean": float(masked_mean(ratio.detach(), valids)),
-            "adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
-            "value_mean": float(values.detach().mean()), "target_mean": float(vs.mean()),
-        }
+        self.weights.publish(self.model, self.train_step)
+        return stats

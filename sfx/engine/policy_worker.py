@@ -10,6 +10,7 @@ each batch; the version that acted is stored per sample so the learner can measu
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,7 +18,8 @@ import torch
 
 from sfx.algo.distributions import make_action_distribution
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
-from sfx.engine.rollout_worker import REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T
+from sfx.engine.component import Component
+from sfx.engine.protocol import ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, TRAJ
 
 if TYPE_CHECKING:
     from sfx.models.actor_critic import ActorCritic
@@ -25,9 +27,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class PolicyWorker:
-    """Messages in: ``('req', worker, split, rows[n, 5])``. Out: ``('act', [(split, n), ...])`` to
-    the rollout worker's inbox."""
+class PolicyWorker(Component):
+    """Messages in (:mod:`sfx.engine.protocol`): ``REQ`` from rollout workers. Out: ``ACT`` to each
+    rollout worker's inbox. A component (start / process / tick / finish)."""
 
     def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: ActorCritic,
                  traj_buffers: TrajectoryBuffers, agent_buffers: AgentBuffers,
@@ -47,6 +49,13 @@ class PolicyWorker:
 
     def update_weights(self) -> None:
         self.version = self.weights.read_into(self.model, self.version)
+
+    def start(self) -> None:
+        """Wait for the learner's first weights (in serial mode the learner has published them already)."""
+        self.update_weights()
+        while self.version < 0 and not self.should_stop():
+            time.sleep(0.01)
+            self.update_weights()
 
     def process(self, msgs: list) -> None:
         if not msgs:
@@ -97,7 +106,7 @@ class PolicyWorker:
         for _, worker, split, r in msgs:
             answers.setdefault(worker, []).append((split, len(r)))
         for worker, splits in answers.items():
-            self.rollout_inboxes[worker].put(("act", splits))
+            self.rollout_inboxes[worker].put((ACT, splits))
 
 
 def random_action_rows(space: Any, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -123,7 +132,7 @@ def random_action_rows(space: Any, n: int, rng: np.random.Generator) -> np.ndarr
     raise ValueError(f"no random actions for action space {space!r}")
 
 
-class RandomPolicyWorker:
+class RandomPolicyWorker(Component):
     """Stands in for a policy worker in the dummy sampler (``python -m sfx.dummy_sampler``): it
     answers requests exactly like a :class:`PolicyWorker` (same queues, same slots, same answer),
     but writes uniformly random actions instead of running a model, so the figure measured is the
@@ -131,8 +140,8 @@ class RandomPolicyWorker:
     (``('traj', slots)``, wired to arrive on this worker's own queue) go straight back to the
     policy's free-slot queue.
 
-    Messages in: ``('req', worker, split, rows[n, 5])`` and ``('traj', slots)``.
-    Out: ``('act', [(split, n), ...])`` to the rollout worker's inbox; slot ids to ``free_slots``.
+    Messages in: ``REQ`` and ``TRAJ`` (:mod:`sfx.engine.protocol`). Out: ``ACT`` to the rollout
+    worker's inbox; slot ids to ``free_slots``.
     """
 
     def __init__(self, policy_id: int, worker_idx: int, action_space: Any, traj_buffers: TrajectoryBuffers,
@@ -148,11 +157,11 @@ class RandomPolicyWorker:
     def process(self, msgs: list) -> None:
         answers: dict[int, list[tuple[int, int]]] = {}
         for msg in msgs:
-            if msg[0] == "traj":
+            if msg[0] == TRAJ:
                 self.free_slots.put_many(list(msg[1]))
                 continue
             _, worker, split, rows = msg
             self.actions[rows[:, REQ_SLOT], rows[:, REQ_T]] = random_action_rows(self.action_space, len(rows), self.rng)
             answers.setdefault(worker, []).append((split, len(rows)))
         for worker, splits in answers.items():
-            self.rollout_inboxes[worker].put(("act", splits))
+            self.rollout_inboxes[worker].put((ACT, splits))

@@ -20,32 +20,30 @@ import numpy as np
 
 from sfx.algo.distributions import action_to_env
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, tree_map
+from sfx.engine.component import Component
+from sfx.engine.protocol import ACT, REQ, RESEND, ROLLOUT, SHAPING, TRAJ
+from sfx.engine.protocol import REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS  # noqa: F401
 from sfx.engine.queues import Empty
 from sfx.envs.registry import env_seed
 from sfx.models.obs import BOX_KEY
 
 log = logging.getLogger(__name__)
 
-# Columns of a policy request row: where the obs is, where a truncated episode's value goes,
-# and which agent row holds that episode's final observation.
-REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQ_AGENT = range(5)
-REQUEST_COLUMNS = 5
 
-
-class RolloutWorker:
+class RolloutWorker(Component):
     """Steps envs and fills trajectory slots; see the module docstring for the protocol.
 
-    Messages in: ``('act', [(split, num_rows), ...])`` from policy workers (``split`` as sent in the
-    request: ``generation * worker_num_splits + split``), ``('shaping', (policy, weights))`` (PBT) and
-    ``('resend', None)`` (a policy worker was replaced) from the coordinator.
-    Messages out: ``('req', worker, split, rows)`` to a policy's request queue,
-    ``('traj', slots)`` to a policy's learner queue, ``('episodes', [...])`` to the report queue.
+    Messages in (:mod:`sfx.engine.protocol`): ``ACT`` from policy workers on its inbox; ``SHAPING`` (PBT)
+    and ``RESEND`` (a policy worker was replaced) from the coordinator on its control queue.
+    Messages out: ``REQ`` to a policy's request queue, ``TRAJ`` to a policy's learner queue, ``ROLLOUT``
+    reports. A component (start / process / tick / finish, see :mod:`sfx.engine.runtime`).
     """
 
     def __init__(self, cfg: Any, worker_idx: int, num_agents_per_env: int,
                  traj_buffers: list[TrajectoryBuffers], agent_buffers: AgentBuffers,
                  free_slot_queues: list, policy_queues: list, learner_queues: list,
-                 report_queue: Any, make_env_fn, slot_owners: list | None = None, incarnation: int = 0) -> None:
+                 report_queue: Any, make_env_fn, slot_owners: list | None = None, incarnation: int = 0,
+                 initial_rnn_state: Any = None) -> None:
         self.cfg = cfg
         # per policy, which worker holds each slot (shared): a restarted worker's slots go back
         self.slot_owners = [o.numpy() for o in slot_owners] if slot_owners is not None else None
@@ -77,6 +75,9 @@ class RolloutWorker:
         self.obs_keys = list(self.final_obs)
         self.box_obs = True
         self.final_rnn = agent_buffers.final_rnn.numpy()
+        # the recurrent state each episode starts from, as the model's core declares it
+        init = agent_buffers.initial_rnn if initial_rnn_state is None else initial_rnn_state
+        self.init_rnn = init.numpy().copy()
 
         self.slot = np.full(num_local_agents, -1, dtype=np.int64)
         self.t = np.zeros(num_local_agents, dtype=np.int64)
@@ -138,7 +139,7 @@ class RolloutWorker:
                 self.slot[a], self.t[a] = slot, 0
                 p = self.policy[a]
                 self._write_obs(self.np[p]["obs"], (slot, 0), obs[j])
-                self.np[p]["rnn_states"][slot, 0] = 0.0
+                self.np[p]["rnn_states"][slot, 0] = self.init_rnn
         for s in range(self.num_splits):
             self._send_requests(s)
 
@@ -148,7 +149,7 @@ class RolloutWorker:
         if self.num_policies == 1:
             return 0
         nap = self.num_agents_per_env
-        if nap > 1 and not getattr(self.cfg, "pbt_mix_policies_in_one_env", True):
+        if nap > 1 and not self.cfg.pbt_mix_policies_in_one_env:
             e, j = divmod(a, nap)
             if j == 0 or self.env_policy[e] < 0:
                 self.env_policy[e] = int(self.rng.integers(self.num_policies))
@@ -190,21 +191,17 @@ class RolloutWorker:
                         self.stopped = True
         return None
 
-    def should_stop(self) -> bool:
-        """Overridden by the process loop to look at the stop event while blocked."""
-        return False
-
     # ---------------------------------------------------------------- main step
 
     def process(self, msgs: list) -> None:
         for kind, answered in msgs:
-            if kind == "shaping":
+            if kind == SHAPING:
                 self.set_policy_shaping(*answered)
                 continue
-            if kind == "resend":
+            if kind == RESEND:
                 self.resend_requests()
                 continue
-            if kind != "act":
+            if kind != ACT:
                 raise ValueError(f"rollout worker got unknown message {kind!r}")
             for tagged, n in answered:
                 gen, split = divmod(tagged, self.num_splits)
@@ -298,7 +295,7 @@ class RolloutWorker:
                 self._write_obs(self.final_obs, g, info["final_obs"])
                 self.final_rnn[g] = buf["rnn_states"][slot, t + 1]
                 self.trunc_slot[a], self.trunc_t[a] = slot, t
-            buf["rnn_states"][slot, t + 1] = 0.0
+            buf["rnn_states"][slot, t + 1] = self.init_rnn
             if self.num_policies > 1:
                 self.repick_policy[a] = True
         t += 1
@@ -323,7 +320,7 @@ class RolloutWorker:
             return
         nbuf = self.np[new_p]
         self._write_obs(nbuf["obs"], (new_slot, 0), obs)
-        nbuf["rnn_states"][new_slot, 0] = buf["rnn_states"][slot, t] if new_p == p else 0.0
+        nbuf["rnn_states"][new_slot, 0] = buf["rnn_states"][slot, t] if new_p == p else self.init_rnn
         # sent after the next answer, which may still write a truncation value into this slot
         self.pending_sends[a // self.agents_per_split].append((int(p), int(slot)))
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
@@ -345,7 +342,7 @@ class RolloutWorker:
             return
         nbuf = self.np[new_p]
         self._write_obs(nbuf["obs"], (new_slot, 0), obs)
-        nbuf["rnn_states"][new_slot, 0] = 0.0
+        nbuf["rnn_states"][new_slot, 0] = self.init_rnn
         self.pending_sends[a // self.agents_per_split].append((p, slot))
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
         self._apply_shaping(a)
@@ -371,7 +368,7 @@ class RolloutWorker:
     def _put_requests(self, split: int) -> None:
         tagged = self.gen * self.num_splits + split
         for p, rows in self.last_requests[split].items():
-            self.policy_queues[p].put(("req", self.worker_idx, tagged, rows))
+            self.policy_queues[p].put((REQ, self.worker_idx, tagged, rows))
 
     def resend_requests(self) -> None:
         """A policy worker was replaced: requests it had taken are lost. Ask again for every split
@@ -392,7 +389,7 @@ class RolloutWorker:
         for p, slots in by_policy.items():
             if self.slot_owners is not None:
                 self.slot_owners[p][slots] = -1
-            self.learner_queues[p].put(("traj", slots))
+            self.learner_queues[p].put((TRAJ, slots))
         sends.clear()
 
     # ---------------------------------------------------------------- reporting
@@ -401,13 +398,16 @@ class RolloutWorker:
         now = time.time()
         if not force and now - self.last_report < 1.0:
             return
-        self.report_queue.put(("rollout", self.worker_idx, {"env_steps": self.env_steps,
+        self.report_queue.put((ROLLOUT, self.worker_idx, {"env_steps": self.env_steps,
                                                             "episodes": self.episode_stats,
                                                             "env_errors": self.env_errors - self.reported_env_errors}))
         self.reported_env_errors = self.env_errors
         self.episode_stats = []
         self.env_steps = 0
         self.last_report = now
+
+    def finish(self) -> None:
+        self.close()
 
     def close(self) -> None:
         self.stopped = True

@@ -179,7 +179,7 @@ def _load_builtin(prefix: str) -> None:
 
 def env_seed(cfg: Any, env_config: dict | None) -> int | None:
     """Seed of one env: ``cfg.seed + env_id`` (``None`` when the run is not seeded)."""
-    seed = getattr(cfg, "seed", None)
+    seed = cfg.seed
     if seed is None:
         return None
     env_id = (env_config or {}).get("env_id", 0)

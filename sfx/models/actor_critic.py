@@ -24,7 +24,8 @@ Two Sample Factory 1.x model options:
 * ``cfg.actor_critic_share_weights=False``: the actor and the critic are separate networks, each
   with its own encoder and core (preprocessing and its statistics stay shared). With an RNN the
   engine's flat per-agent state is the two cores' states concatenated, actor first
-  (``[B, S_actor + S_critic]``); an episode start zeroes the whole row, so both.
+  (``[B, S_actor + S_critic]``); an episode start resets the whole row, so both, to
+  ``initial_rnn_states``.
 * ``cfg.adaptive_stddev=False`` (Box actions only): the action head outputs the means only and the
   log-stddev is one learned parameter per action dimension, initialised to
   ``log(cfg.initial_stddev)`` and independent of the observation. ``action_params`` keep the layout
@@ -64,8 +65,9 @@ class ActorCritic(nn.Module):
         obs_space, action_space: the gymnasium spaces it was built for.
         share_weights: ``cfg.actor_critic_share_weights``.
         encoder, core: the shared trunk (``share_weights`` only). The encoder maps an observation
-            ``[N, *obs_shape]`` to ``[N, encoder.out_size]``; the core is an ``IdentityCore`` or an
-            ``RnnCore`` (see ``sfx.models.cores`` for the state layout).
+            ``[N, *obs_shape]`` to ``[N, encoder.out_size]``; the core is an ``IdentityCore``, an
+            ``RnnCore`` or a registered core (see ``sfx.models.cores`` for the interface and the
+            state layouts).
         actor_encoder, actor_core, critic_encoder, critic_core: the two trunks (separate weights only).
         rnn_state_size: flat recurrent state size ``S`` (0 without an RNN; callers then keep
             one dummy column, which is passed through). Separate weights: actor's + critic's.
@@ -85,13 +87,13 @@ class ActorCritic(nn.Module):
         self.action_space = action_space
         self.dict_obs = isinstance(obs_space, gym.spaces.Dict)
         spec = obs_spec(obs_space)  # rejects spaces sfx cannot buffer
-        self.obs_scale = float(getattr(cfg, "obs_scale", 255.0))
+        self.obs_scale = float(cfg.obs_scale)
         if self.obs_scale <= 0:
             raise ConfigError(f"obs_scale {self.obs_scale} is not valid; allowed: a number > 0")
-        self.obs_subtract_mean = float(getattr(cfg, "obs_subtract_mean", 0.0))
+        self.obs_subtract_mean = float(cfg.obs_subtract_mean)
         if not math.isfinite(self.obs_subtract_mean):
             raise ConfigError(f"obs_subtract_mean {self.obs_subtract_mean} is not valid; allowed: a finite number")
-        normalize_input = bool(getattr(cfg, "normalize_input", True))
+        normalize_input = bool(cfg.normalize_input)
         # per key: integer images are scaled, float vectors standardized, integer vectors are
         # token ids (kept as integers), anything else passes through as float
         self.obs_kinds: dict[str, str] = {}
@@ -128,11 +130,11 @@ class ActorCritic(nn.Module):
             self.key_normalizers = nn.ModuleDict()
         # returns are not clipped: a clipped target would cap what the critic can learn
         self.returns_normalizer: RunningMeanStd | None = (
-            RunningMeanStd((), clip=None) if getattr(cfg, "normalize_returns", False) else None)
+            RunningMeanStd((), clip=None) if cfg.normalize_returns else None)
 
         # Construction order (encoder, core, heads) is kept as before these options existed, so a
         # seeded shared-weights model starts from the same weights.
-        self.share_weights = bool(getattr(cfg, "actor_critic_share_weights", True))
+        self.share_weights = bool(cfg.actor_critic_share_weights)
         if self.share_weights:
             self.encoder = self._make_encoder(cfg, obs_space, encoder)
             self.core = make_core(cfg, int(self.encoder.out_size))
@@ -153,8 +155,8 @@ class ActorCritic(nn.Module):
         # Sample Factory 1.x's non-adaptive stddev: the head gives the means, the log-stddev is a
         # parameter of its own (discrete spaces have no stddev and ignore the option)
         self.action_log_std: nn.Parameter | None = None
-        if isinstance(action_space, gym.spaces.Box) and not bool(getattr(cfg, "adaptive_stddev", True)):
-            initial_stddev = float(getattr(cfg, "initial_stddev", 1.0))
+        if isinstance(action_space, gym.spaces.Box) and not bool(cfg.adaptive_stddev):
+            initial_stddev = float(cfg.initial_stddev)
             low, high = math.exp(LOG_STD_MIN), math.exp(LOG_STD_MAX)
             # DiagGaussian clamps log_std to [LOG_STD_MIN, LOG_STD_MAX]: a parameter starting outside
             # would get no gradient and never move
@@ -174,8 +176,8 @@ class ActorCritic(nn.Module):
         # the value function and Adam moves the policy a hundred times less per step. Measured: doom_basic
         # at Sample Factory's command line stayed at the uniform policy for 800k frames, and Acrobot with
         # normalized inputs never left -500 (both learn with gain 1).
-        scheme = getattr(cfg, "policy_initialization", "orthogonal")
-        gain = float(getattr(cfg, "policy_init_gain", 1.0))
+        scheme = cfg.policy_initialization
+        gain = float(cfg.policy_init_gain)
         init_weights(self.action_head, scheme, gain)
         init_weights(self.value_head, scheme, gain)
 
@@ -187,8 +189,7 @@ class ActorCritic(nn.Module):
             if factory is None:
                 encoder = (DictEncoder(cfg, obs_space, name) if isinstance(obs_space, gym.spaces.Dict)
                            else make_builtin_encoder(name, cfg, obs_space.shape))
-                init_weights(encoder, getattr(cfg, "policy_initialization", "orthogonal"),
-                             float(getattr(cfg, "policy_init_gain", 1.0)))
+                init_weights(encoder, cfg.policy_initialization, float(cfg.policy_init_gain))
             else:
                 encoder = factory(cfg, obs_space)
         out_size = getattr(encoder, "out_size", None)
@@ -296,6 +297,16 @@ class ActorCritic(nn.Module):
             return states, states
         return states[:, :self.actor_core.state_size], states[:, self.actor_core.state_size:]
 
+    @torch.no_grad()
+    def initial_rnn_states(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """``[batch_size, max(1, S)]`` float32 (detached): the state row an agent starts every
+        episode from, i.e. what a reset writes. The cores' ``initial_state`` rows concatenated
+        (actor first with separate weights); one zero dummy column without state."""
+        if self.rnn_state_size == 0:
+            return torch.zeros(batch_size, 1, device=device)
+        cores = [self.core] if self.share_weights else [self.actor_core, self.critic_core]
+        return torch.cat([c.initial_state(batch_size, device).float() for c in cores], dim=1)
+
     def forward_step(self, obs: torch.Tensor | Mapping[str, torch.Tensor],
                      rnn_states: torch.Tensor) -> dict[str, torch.Tensor]:
         """One step for a batch of agents.
@@ -303,7 +314,8 @@ class ActorCritic(nn.Module):
         Args:
             obs: ``[B, *obs_shape]`` raw observations (``{key: [B, *shape]}`` for a Dict space; a
                 Box observation may also come as ``{"obs": tensor}``).
-            rnn_states: ``[B, S]`` state before this step (``S >= 1``; ignored without an RNN).
+            rnn_states: ``[B, S]`` state before this step (``S >= 1``; ignored without an RNN); at
+                an episode start, ``initial_rnn_states``.
 
         Returns:
             ``action_params [B, P]``, ``values [B]`` (reward scale), ``values_normalized [B]``,
@@ -333,7 +345,8 @@ class ActorCritic(nn.Module):
         Args:
             obs: ``[B, T, *obs_shape]`` raw observations (per key for a Dict space).
             rnn_init: ``[B, S]`` state before step 0.
-            resets: ``[B, T]`` bool; True zeroes the state before that step (episode start).
+            resets: ``[B, T]`` bool; True: the state before that step is the cores' initial state
+                (episode start), whatever ``rnn_init`` or the previous step hold.
 
         Returns:
             ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``.
@@ -357,17 +370,58 @@ class ActorCritic(nn.Module):
             "values": self.denormalize_values(values_norm),
         }
 
+    def forward_trajectories(self, obs: Mapping[str, torch.Tensor], rnn_states: torch.Tensor, dones: torch.Tensor,
+                             recurrence: int) -> "TrajectoryOutputs":
+        """A learner minibatch of trajectories, recomputed with the current weights.
+
+        Each trajectory is cut into ``T / recurrence`` chunks; a chunk starts from the recurrent
+        state the behaviour policy had at its first step and resets after every episode end, so the
+        learner sees what acting saw (backpropagation through time stays within a chunk).
+
+        Args:
+            obs: ``{key: [B, T + 1, *shape]}`` raw observations; index ``T`` is the observation
+                after the last step (a Box space's key is ``"obs"``).
+            rnn_states: ``[B, T + 1, S]`` the state before each step, as stored when acting.
+            dones: ``[B, T]`` bool, the episode ended (terminated or truncated) at that step.
+            recurrence: chunk length ``R`` (``T`` without an RNN); ``T`` must be a multiple of it.
+
+        Returns:
+            ``sfx.algo.appo.TrajectoryOutputs``: ``action_params [B, T, P]``, ``values [B, T]``,
+            ``values_normalized [B, T]`` (all with gradient), ``bootstrap_values [B]`` (``V(x_T)``,
+            no gradient).
+        """
+        from sfx.algo.appo import TrajectoryOutputs  # here so this method stays one self-contained block
+
+        B, T = dones.shape
+        if recurrence < 1 or T % recurrence:
+            raise ValueError(f"forward_trajectories: recurrence={recurrence} is not valid for trajectories of "
+                             f"{T} steps; allowed: a divisor of {T}")
+        R, chunks = recurrence, B * T // recurrence
+        seq_obs = {k: v[:, :T].reshape(chunks, R, *v.shape[2:]) for k, v in obs.items()}
+        seq_init = rnn_states[:, 0:T:R].reshape(chunks, -1)
+        # the state before step t is reset when the episode ended at step t - 1
+        prev_done = torch.cat([torch.zeros_like(dones[:, :1]), dones[:, :-1]], dim=1)
+        out = self.forward_sequence(seq_obs, seq_init, prev_done.reshape(chunks, R))
+        with torch.no_grad():
+            bootstrap = self.forward_step({k: v[:, T] for k, v in obs.items()}, rnn_states[:, T])["values"]
+        return TrajectoryOutputs(action_params=out["action_params"].reshape(B, T, -1),
+                                 values=out["values"].reshape(B, T),
+                                 values_normalized=out["values_normalized"].reshape(B, T),
+                                 bootstrap_values=bootstrap)
+
 
 def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
     """Build the actor-critic ``cfg`` describes for these spaces.
 
-    Reads (each with a default, so any namespace works): ``encoder_type`` (conv | resnet | mlp |
-    a registered name), ``encoder_subtype``, ``hidden_size``, ``use_rnn``, ``rnn_type``,
-    ``rnn_num_layers``, ``normalize_input``, ``normalize_returns``, ``obs_scale``,
-    ``obs_subtract_mean``, ``nonlinearity``, ``policy_initialization``, ``policy_init_gain``,
-    ``actor_critic_share_weights``, ``adaptive_stddev``, ``initial_stddev``.
+    ``cfg`` is a parsed cfg (``sfx.cfg.parse_args`` or ``sfx.cfg.default_cfg``): the flags' defaults
+    live in the parser only, so a field missing here is an AttributeError, never a quiet other default.
+    Reads ``encoder_type`` (conv | resnet | mlp | a registered name), ``encoder_subtype``,
+    ``hidden_size``, ``use_rnn``, ``rnn_type``, ``rnn_num_layers``, ``normalize_input``,
+    ``normalize_returns``, ``obs_scale``, ``obs_subtract_mean``, ``nonlinearity``,
+    ``policy_initialization``, ``policy_init_gain``, ``actor_critic_share_weights``,
+    ``adaptive_stddev``, ``initial_stddev``, and for the image encoders ``mixed_precision`` and ``device``.
     """
-    hidden = getattr(cfg, "hidden_size", 512)
+    hidden = cfg.hidden_size
     if not isinstance(hidden, (int, np.integer)) or hidden < 1:
         raise ConfigError(f"hidden_size {hidden!r} is not valid; allowed: an integer >= 1")
     return ActorCritic(cfg, obs_space, action_space)

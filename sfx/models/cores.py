@@ -1,34 +1,89 @@
-"""Recurrent cores with flat states.
+"""Recurrent cores behind one interface, and the registry ``--rnn_type`` names them from.
 
 The engine keeps one recurrent state per agent as a flat float32 row ``[S]`` in shared memory,
-whatever the core. Layouts:
+whatever the core; it stores, resets and passes that row only through what the core declares
+(the :class:`Core` interface below), so a new core (e.g. a Transformer-XL whose state is a memory
+of past hidden states, flattened) plugs in with ``register_core`` and no engine change. Layouts of
+the built-ins:
 
-* identity (no RNN): ``S = 0`` (the engine stores one dummy column, passed through unchanged);
+* identity (no RNN, ``--use_rnn=False``): ``S = 0`` (the engine stores one dummy column, passed
+  through unchanged);
 * GRU: ``S = layers * hidden``, row = ``h`` of layer 0, layer 1, ...;
 * LSTM: ``S = 2 * layers * hidden``, row = all layers' ``h``, then all layers' ``c``.
 
-``forward_sequence`` must give exactly what stepping one observation at a time gives, with the
-state zeroed before every step whose ``resets`` flag is set. Without resets after the first step
-it is one cuDNN-style call over the whole sequence. With resets inside, each row is cut into
-segments at its resets and all segments run as one packed sequence (one call, no loop over time,
-no padding): a segment starting at a reset starts from zeros, a row's first segment from the
-row's initial state.
+Both start episodes from zeros. ``forward_sequence`` must give exactly what stepping one
+observation at a time gives, with the state replaced by ``initial_state`` before every step whose
+``resets`` flag is set. For GRU/LSTM, without resets after the first step it is one cuDNN-style
+call over the whole sequence. With resets inside, each row is cut into segments at its resets and
+all segments run as one packed sequence (one call, no loop over time, no padding): a segment
+starting at a reset starts from the initial state, a row's first segment from the row's state.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from numbers import Integral
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import PackedSequence
 
 from sfx.cfg import ConfigError
+from sfx.cfg.core_names import BUILTIN_CORES, add_core_name, check_rnn_type, core_names, remove_core_name
 
-RNN_TYPES = ("gru", "lstm")
+RNN_TYPES = BUILTIN_CORES  # the built-in ``--rnn_type`` names
 
 
-class IdentityCore(nn.Module):
+class Core(nn.Module):
+    """What every core (built-in or registered) gives the actor-critic and the engine.
+
+    Attributes:
+        out_size: width of the features the core outputs (> 0).
+        state_size: ``S``, floats per agent in the flat state row (0 = stateless: the engine then
+            passes one dummy column, which the core must give back unchanged).
+
+    Methods (shapes: ``B`` agents or sequences, ``T`` steps, ``F`` input features):
+
+    * ``initial_state(batch_size, device) -> [B, S]``: the state an episode starts from (zeros
+      here; override for a learned or non-zero start). Resets go through it, never through zeroing.
+    * ``forward_step(x [B, F], states [B, S]) -> (out [B, out_size], new_states [B, S])``.
+    * ``forward_sequence(x [B, T, F], states [B, S], resets [B, T] bool) -> out [B, T, out_size]``:
+      ``states`` is the state before step 0; a reset at ``t`` means the state before step ``t`` is
+      ``initial_state``. Must equal ``T`` calls of ``forward_step`` with those resets; the default
+      here is that loop, so a core needs only ``forward_step`` to be correct and overrides
+      ``forward_sequence`` to be fast.
+    """
+
+    out_size: int
+    state_size: int
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """``[batch_size, state_size]`` float32 state of an agent at an episode start (zeros)."""
+        return torch.zeros(batch_size, self.state_size, device=device)
+
+    def reset_states(self, states: torch.Tensor, resets: torch.Tensor) -> torch.Tensor:
+        """``states [B, S]`` with the rows where ``resets [B]`` is set replaced by ``initial_state``."""
+        if self.state_size == 0:
+            return states
+        init = self.initial_state(states.shape[0], states.device).to(states.dtype)
+        return torch.where(resets.bool().unsqueeze(1), init, states)
+
+    def forward_step(self, x: torch.Tensor, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [B, F]``, ``states [B, S]`` -> ``(out [B, out_size], new_states [B, S])``."""
+        raise NotImplementedError
+
+    def forward_sequence(self, x: torch.Tensor, states: torch.Tensor, resets: torch.Tensor) -> torch.Tensor:
+        """``x [B, T, F]``, ``states [B, S]`` (before step 0), ``resets [B, T]`` -> ``out [B, T, out_size]``
+        (reference implementation: one ``forward_step`` per step)."""
+        outs = []
+        for t in range(x.shape[1]):
+            states = self.reset_states(states, resets[:, t])
+            out, states = self.forward_step(x[:, t], states)
+            outs.append(out)
+        return torch.stack(outs, dim=1)
+
+
+class IdentityCore(Core):
     """No memory: features pass through; states pass through untouched."""
 
     def __init__(self, input_size: int):
@@ -45,13 +100,15 @@ class IdentityCore(nn.Module):
         return x
 
 
-class RnnCore(nn.Module):
-    """``torch.nn.GRU`` / ``torch.nn.LSTM`` (``num_layers`` deep) behind the flat-state interface."""
+class RnnCore(Core):
+    """``torch.nn.GRU`` / ``torch.nn.LSTM`` (``num_layers`` deep) behind the flat-state interface.
+
+    Starts from zeros; a subclass may override ``initial_state`` (both sequence paths use it)."""
 
     def __init__(self, input_size: int, hidden_size: int, rnn_type: str = "gru", num_layers: int = 1):
         super().__init__()
         if rnn_type not in RNN_TYPES:
-            raise ConfigError(f"rnn_type {rnn_type!r} is not known; allowed: {', '.join(RNN_TYPES)}")
+            raise ConfigError(f"RnnCore rnn_type {rnn_type!r} is not known; allowed: {', '.join(RNN_TYPES)}")
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ConfigError(f"rnn_num_layers {num_layers!r} is not valid; allowed: an integer >= 1")
         self.is_lstm = rnn_type == "lstm"
@@ -79,11 +136,10 @@ class RnnCore(nn.Module):
         return out.squeeze(1), self.flatten(hidden)
 
     def forward_sequence(self, x: torch.Tensor, states: torch.Tensor, resets: torch.Tensor) -> torch.Tensor:
-        """``x [B, T, F]``, ``states [B, S]`` (before step 0), ``resets [B, T]`` bool (zero the
-        state before that step) -> ``out [B, T, H]``."""
+        """``x [B, T, F]``, ``states [B, S]`` (before step 0), ``resets [B, T]`` bool (the state
+        before that step is ``initial_state``) -> ``out [B, T, H]``."""
         resets = resets.bool()
-        keep0 = (~resets[:, 0]).to(states.dtype).unsqueeze(1)
-        states = states * keep0
+        states = self.reset_states(states, resets[:, 0])
         if x.shape[1] == 1 or not bool(resets[:, 1:].any()):
             out, _ = self.rnn(x, self.unflatten(states))
             return out
@@ -118,18 +174,89 @@ class RnnCore(nn.Module):
         data[packed_idx] = x.reshape(n, F)
         packed = PackedSequence(data, batch_sizes.cpu())
 
-        # a row's first segment continues the row's state (already zeroed if reset at t = 0);
-        # a segment opened by a reset starts from zeros
+        # a row's first segment continues the row's state (already the initial state if reset at
+        # t = 0); a segment opened by a reset starts from the initial state
         row = seg_start // T
-        first = (seg_start % T == 0).to(states.dtype).unsqueeze(1)
-        seg_states = (states[row] * first)[order]
+        first = (seg_start % T == 0).unsqueeze(1)
+        init = self.initial_state(B, dev).to(states.dtype)
+        seg_states = torch.where(first, states[row], init[row])[order]
         out, _ = self.rnn(packed, self.unflatten(seg_states))
         return out.data[packed_idx].reshape(B, T, self.hidden_size)
 
 
+CoreFactory = Callable[[Any, int], nn.Module]
+
+_core_factories: dict[str, CoreFactory] = {}
+
+
+def register_core(name: str, factory: CoreFactory) -> None:
+    """Make ``--rnn_type=name`` (with ``--use_rnn``) build ``factory(cfg, input_size)``.
+
+    The factory returns a core: an ``nn.Module`` with the :class:`Core` interface (subclassing
+    ``Core`` gives ``initial_state`` and a reference ``forward_sequence``), an integer
+    ``out_size > 0`` and ``state_size >= 0``. ``input_size`` is the encoder's ``out_size``.
+    Registering a name again replaces the earlier factory (a built-in name too). Worker processes
+    need the registration as well: do it at import time of a module they import (e.g. one named in
+    ``SFX_EXTRA_ENV_MODULES``), as for custom envs and encoders.
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"core name {name!r} is not valid; allowed: a non-empty string")
+    if not callable(factory):
+        raise ConfigError(f"core factory for {name!r} is {factory!r}; allowed: a callable(cfg, input_size)")
+    _core_factories[name] = factory
+    add_core_name(name)
+
+
+def unregister_core(name: str) -> None:
+    """Forget a custom core (tests use it to leave the registry as they found it); a built-in
+    name gets its built-in factory back."""
+    if name in _BUILTIN_FACTORIES:
+        _core_factories[name] = _BUILTIN_FACTORIES[name]
+        return
+    _core_factories.pop(name, None)
+    remove_core_name(name)
+
+
+def registered_cores() -> list[str]:
+    """Every name ``--rnn_type`` accepts: the built-ins, then the custom cores."""
+    return list(core_names())
+
+
+def _rnn_factory(rnn_type: str) -> CoreFactory:
+    def factory(cfg: Any, input_size: int) -> RnnCore:
+        return RnnCore(input_size, cfg.hidden_size, rnn_type, cfg.rnn_num_layers)
+    factory.__name__ = f"{rnn_type}_core"
+    return factory
+
+
+_BUILTIN_FACTORIES: dict[str, CoreFactory] = {name: _rnn_factory(name) for name in BUILTIN_CORES}
+for _name, _factory in _BUILTIN_FACTORIES.items():
+    register_core(_name, _factory)
+
+
+def _check_core(core: Any, name: str) -> None:
+    out_size, state_size = getattr(core, "out_size", None), getattr(core, "state_size", None)
+    missing = [m for m in ("initial_state", "forward_step", "forward_sequence")
+               if not callable(getattr(core, m, None))]
+    if (not isinstance(core, nn.Module) or missing or not isinstance(out_size, Integral) or out_size <= 0
+            or not isinstance(state_size, Integral) or state_size < 0):
+        raise ConfigError(f"core {name!r} built {type(core).__name__} (out_size {out_size!r}, state_size "
+                          f"{state_size!r}, missing {missing or 'nothing'}); allowed: an nn.Module with the "
+                          f"sfx.models.Core interface, integer out_size > 0 and state_size >= 0")
+
+
 def make_core(cfg: Any, input_size: int) -> nn.Module:
-    """Identity when ``cfg.use_rnn`` is False, else a GRU/LSTM of ``cfg.hidden_size``."""
-    if not getattr(cfg, "use_rnn", True):
+    """Identity when ``cfg.use_rnn`` is False, else the core registered as ``cfg.rnn_type``
+    (built-ins: a GRU/LSTM of ``cfg.hidden_size``, ``cfg.rnn_num_layers`` deep).
+
+    Raises:
+        ConfigError: ``rnn_type`` names no registered core (the message lists the allowed names),
+            or the factory built something without the core interface.
+    """
+    if not cfg.use_rnn:
         return IdentityCore(input_size)
-    return RnnCore(input_size, getattr(cfg, "hidden_size", 512), getattr(cfg, "rnn_type", "gru"),
-                   getattr(cfg, "rnn_num_layers", 1))
+    name = cfg.rnn_type
+    check_rnn_type(name)
+    core = _core_factories[name](cfg, input_size)
+    _check_core(core, name)
+    return core

@@ -111,15 +111,15 @@ def _conv_stack(in_channels: int, layers: Sequence[tuple[int, int, int]], nonlin
 
 
 def convnet_simple(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
-    nl = getattr(cfg, "nonlinearity", "elu")
+    nl = cfg.nonlinearity
     convs = _conv_stack(chw_shape(obs_shape)[0], [(32, 8, 4), (64, 4, 2), (128, 3, 2)], nl)
-    return ImageEncoder(obs_shape, convs, getattr(cfg, "hidden_size", 512), nl, encoder_uses_bf16(cfg))
+    return ImageEncoder(obs_shape, convs, cfg.hidden_size, nl, encoder_uses_bf16(cfg))
 
 
 def convnet_impala(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
-    nl = getattr(cfg, "nonlinearity", "elu")
+    nl = cfg.nonlinearity
     convs = _conv_stack(chw_shape(obs_shape)[0], [(16, 8, 4), (32, 4, 2)], nl)
-    return ImageEncoder(obs_shape, convs, getattr(cfg, "hidden_size", 512), nl, encoder_uses_bf16(cfg))
+    return ImageEncoder(obs_shape, convs, cfg.hidden_size, nl, encoder_uses_bf16(cfg))
 
 
 class ResidualBlock(nn.Module):
@@ -137,7 +137,7 @@ class ResidualBlock(nn.Module):
 
 
 def resnet_impala(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
-    nl = getattr(cfg, "nonlinearity", "elu")
+    nl = cfg.nonlinearity
     modules: list[nn.Module] = []
     c = chw_shape(obs_shape)[0]
     for out_c in (16, 32, 32):
@@ -150,7 +150,7 @@ def resnet_impala(cfg: Any, obs_shape: Sequence[int]) -> ImageEncoder:
         c = out_c
     # the residual stream ends un-activated; activate before the fc as the paper's figure does
     modules.append(make_nonlinearity(nl))
-    return ImageEncoder(obs_shape, nn.Sequential(*modules), getattr(cfg, "hidden_size", 512), nl,
+    return ImageEncoder(obs_shape, nn.Sequential(*modules), cfg.hidden_size, nl,
                         encoder_uses_bf16(cfg))
 
 
@@ -160,8 +160,8 @@ class MlpEncoder(nn.Module):
 
     def __init__(self, cfg: Any, obs_shape: Sequence[int], hidden: int | None = None):
         super().__init__()
-        hidden = getattr(cfg, "hidden_size", 512) if hidden is None else hidden
-        nl = getattr(cfg, "nonlinearity", "elu")
+        hidden = cfg.hidden_size if hidden is None else hidden
+        nl = cfg.nonlinearity
         in_size = int(math.prod(obs_shape))
         self.net = nn.Sequential(
             nn.Linear(in_size, hidden), make_nonlinearity(nl),

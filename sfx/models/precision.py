@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from sfx.cfg import ConfigError
+from sfx.models.device import select_device
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +50,6 @@ def cpu_has_native_bf16() -> bool:
     return False
 
 
-def device_type(cfg: Any) -> str:
-    """``cuda`` when ``--device=gpu`` and CUDA is available, else ``cpu`` (as the engine resolves it)."""
-    return "cuda" if getattr(cfg, "device", "cpu") == "gpu" and torch.cuda.is_available() else "cpu"
-
-
 def native_bf16(device: str) -> bool:
     if device == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
@@ -62,12 +58,12 @@ def native_bf16(device: str) -> bool:
 
 def encoder_uses_bf16(cfg: Any) -> bool:
     """Resolve ``cfg.mixed_precision`` for the built-in image encoders."""
-    mode = getattr(cfg, "mixed_precision", "off")
+    mode = cfg.mixed_precision
     if mode not in MIXED_PRECISION_CHOICES:
         raise ConfigError(f"--mixed_precision={mode} is not known; allowed: {', '.join(MIXED_PRECISION_CHOICES)}")
     if mode == "off":
         return False
-    device = device_type(cfg)
+    device = select_device(cfg).type
     native = native_bf16(device)
     if mode == "auto":
         return native

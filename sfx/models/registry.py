@@ -74,8 +74,8 @@ def allowed_encoder_types() -> list[str]:
 def resolve_encoder(cfg: Any, obs_space: gym.Space) -> tuple[str, EncoderFactory | None]:
     """Return ``(name, custom_factory)``: a custom factory, or ``None`` with the built-in name
     (``mlp`` or an image subtype) to build. Raises ConfigError for names nobody knows."""
-    enc_type = getattr(cfg, "encoder_type", "conv")
-    enc_subtype = getattr(cfg, "encoder_subtype", "convnet_simple")
+    enc_type = cfg.encoder_type
+    enc_subtype = cfg.encoder_subtype
 
     if enc_type in _custom_encoders:
         return enc_type, _custom_encoders[enc_type]

@@ -40,7 +40,8 @@ def _t(x):
 def test_matches_paper(T, B, gamma, lam):
     rewards, values, bootstrap, dones = _inputs(T * 31 + B, T, B)
     discounts = gamma * (1.0 - dones)
-    adv, ret = gae(_t(rewards), _t(values), _t(bootstrap), _t(discounts), lam)
+    out = gae(_t(rewards), _t(values), _t(bootstrap), _t(discounts), lam)
+    adv, ret = out.advantages, out.returns
     ref = gae_from_paper(rewards, values, bootstrap, dones, gamma, lam)
     np.testing.assert_allclose(adv.numpy(), ref, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(ret.numpy(), ref + values, rtol=1e-6, atol=1e-9)
@@ -50,7 +51,8 @@ def test_lambda_one_is_monte_carlo_return_minus_values():
     T, B, gamma = 12, 3, 0.95
     rewards, values, bootstrap, dones = _inputs(3, T, B)
     assert dones.any()
-    adv, ret = gae(_t(rewards), _t(values), _t(bootstrap), _t(gamma * (1.0 - dones)), 1.0)
+    out = gae(_t(rewards), _t(values), _t(bootstrap), _t(gamma * (1.0 - dones)), 1.0)
+    adv, ret = out.advantages, out.returns
     mc = np.zeros((T, B))
     g = bootstrap.copy()
     for t in reversed(range(T)):
@@ -63,12 +65,13 @@ def test_lambda_one_is_monte_carlo_return_minus_values():
 def test_lambda_zero_is_one_step_td_error():
     rewards, values, bootstrap, dones = _inputs(5, 6, 2)
     discounts = 0.9 * (1.0 - dones)
-    adv, _ = gae(_t(rewards), _t(values), _t(bootstrap), _t(discounts), 0.0)
+    adv = gae(_t(rewards), _t(values), _t(bootstrap), _t(discounts), 0.0).advantages
     v_next = np.concatenate([values[1:], bootstrap[None]], 0)
     np.testing.assert_allclose(adv.numpy(), rewards + discounts * v_next - values, rtol=1e-12)
 
 
 def test_no_gradient():
     values = torch.randn(5, 2, requires_grad=True)
-    adv, ret = gae(torch.randn(5, 2), values, torch.randn(2), torch.full((5, 2), 0.99), 0.95)
+    out = gae(torch.randn(5, 2), values, torch.randn(2), torch.full((5, 2), 0.99), 0.95)
+    adv, ret = out.advantages, out.returns
     assert not adv.requires_grad and not ret.requires_grad

@@ -65,9 +65,10 @@ def test_matches_paper_eq1(T, B, rho_bar, pg_rho_bar, lam, c_bar):
     log_rhos, discounts, rewards, values, bootstrap = _random_inputs(rng, T, B)
     assert (discounts == 0).any() or T * B < 5  # episode ends are exercised
 
-    vs, pg = vtrace(_t(log_rhos), _t(discounts), _t(rewards), _t(values), _t(bootstrap),
-                    clip_rho_threshold=rho_bar, clip_pg_rho_threshold=pg_rho_bar, lambda_=lam,
-                    clip_c_threshold=c_bar)
+    out = vtrace(_t(log_rhos), _t(discounts), _t(rewards), _t(values), _t(bootstrap),
+                 clip_rho_threshold=rho_bar, clip_pg_rho_threshold=pg_rho_bar, lambda_=lam,
+                 clip_c_threshold=c_bar)
+    vs, pg = out.returns, out.advantages
     vs_ref, pg_ref = vtrace_from_paper(log_rhos, discounts, rewards, values, bootstrap, rho_bar, pg_rho_bar, lam,
                                        c_bar)
     np.testing.assert_allclose(vs.numpy(), vs_ref, rtol=1e-6, atol=1e-9)
@@ -80,7 +81,8 @@ def test_hand_computed_tiny_case():
     # delta_0 = 1.0 * (1 + 0.5*2 - 1) = 1.0             vs_0 = 1 + 1.0 + 0.5*1*0.25 = 2.125
     # pg_0 = 1.0 * (1 + 0.5*2.25 - 1) = 1.125           pg_1 = 0.5 * (1 + 0.5*3 - 2) = 0.25
     log_rhos = _t([[math.log(2.0)], [math.log(0.5)]])
-    vs, pg = vtrace(log_rhos, _t([[0.5], [0.5]]), _t([[1.0], [1.0]]), _t([[1.0], [2.0]]), _t([3.0]))
+    out = vtrace(log_rhos, _t([[0.5], [0.5]]), _t([[1.0], [1.0]]), _t([[1.0], [2.0]]), _t([3.0]))
+    vs, pg = out.returns, out.advantages
     np.testing.assert_allclose(vs.numpy(), [[2.125], [2.25]], rtol=1e-12)
     np.testing.assert_allclose(pg.numpy(), [[1.125], [0.25]], rtol=1e-12)
 
@@ -89,7 +91,7 @@ def test_on_policy_equals_n_step_return():
     rng = np.random.default_rng(7)
     T, B = 9, 4
     _, discounts, rewards, values, bootstrap = _random_inputs(rng, T, B)
-    vs, _ = vtrace(_t(np.zeros((T, B))), _t(discounts), _t(rewards), _t(values), _t(bootstrap))
+    vs = vtrace(_t(np.zeros((T, B))), _t(discounts), _t(rewards), _t(values), _t(bootstrap)).returns
     # n-step return: G_t = r_t + gamma_t G_{t+1}, G_T = bootstrap; independent of the values
     expected = np.zeros((T, B))
     g = bootstrap.copy()
@@ -103,7 +105,8 @@ def test_no_gradient_and_dtype():
     T, B = 4, 3
     values = torch.randn(T, B, requires_grad=True)
     log_rhos = torch.randn(T, B, requires_grad=True)
-    vs, pg = vtrace(log_rhos, torch.full((T, B), 0.9), torch.randn(T, B), values, torch.randn(B))
+    out = vtrace(log_rhos, torch.full((T, B), 0.9), torch.randn(T, B), values, torch.randn(B))
+    vs, pg = out.returns, out.advantages
     assert not vs.requires_grad and not pg.requires_grad
     assert vs.shape == (T, B) and pg.shape == (T, B)
     assert vs.dtype == torch.float32

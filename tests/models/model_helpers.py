@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,11 +11,24 @@ import torch
 from gymnasium import spaces
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed_defaults() -> tuple:
+    from sfx.cfg import default_cfg
+
+    return tuple(vars(default_cfg()).items())
+
+
 def make_cfg(**overrides) -> SimpleNamespace:
-    """A small model cfg (fast on CPU); override any field."""
-    base = dict(encoder_type="conv", encoder_subtype="convnet_simple", hidden_size=16, use_rnn=True,
+    """A small model cfg (fast on CPU): every flag of a parsed cfg, the small model below, then
+    ``overrides`` (flag names only). Not validated, so tests can hand the models bad values.
+    float32 on the CPU (``mixed_precision="off"``, ``device="cpu"``) whatever the machine."""
+    base = dict(_parsed_defaults())
+    base.update(encoder_type="conv", encoder_subtype="convnet_simple", hidden_size=16, use_rnn=True,
                 rnn_type="gru", rnn_num_layers=1, normalize_input=True, normalize_returns=False,
-                obs_scale=255.0, nonlinearity="elu")
+                obs_scale=255.0, nonlinearity="elu", mixed_precision="off", device="cpu")
+    unknown = sorted(set(overrides) - set(base))
+    if unknown:
+        raise TypeError(f"make_cfg got unknown fields {unknown}; they are not flags")
     base.update(overrides)
     return SimpleNamespace(**base)
 

@@ -10,14 +10,17 @@ from sfx.engine.buffers import WeightsBuffer
 from sfx.models import encoders, precision
 from sfx.models.encoders import convnet_simple, resnet_impala
 
+from model_helpers import make_cfg
+
 
 def cfg(**kw):
-    return types.SimpleNamespace(hidden_size=64, nonlinearity="elu", device="cpu", **kw)
+    return make_cfg(hidden_size=64, nonlinearity="elu", device="cpu", **kw)
 
 
 def test_mixed_precision_resolution(monkeypatch):
     assert precision.encoder_uses_bf16(cfg(mixed_precision="off")) is False
-    assert precision.encoder_uses_bf16(cfg()) is False  # a namespace without the flag: float32
+    with pytest.raises(AttributeError, match="mixed_precision"):  # the parser holds the default, not the model
+        precision.encoder_uses_bf16(types.SimpleNamespace(device="cpu"))
     monkeypatch.setattr(precision, "native_bf16", lambda device: True)
     assert precision.encoder_uses_bf16(cfg(mixed_precision="auto")) is True
     monkeypatch.setattr(precision, "native_bf16", lambda device: False)

@@ -72,16 +72,16 @@ def add_atari_params(parser: argparse.ArgumentParser) -> None:
 def validate_atari_cfg(cfg: argparse.Namespace) -> None:
     """:class:`ConfigError` for an unknown game or a bad ``--atari_*`` value."""
     check_game(cfg.env)
-    prob = getattr(cfg, "atari_sticky_action_prob", 0.25)
+    prob = cfg.atari_sticky_action_prob
     if not 0.0 <= prob < 1.0:
         raise ConfigError(f"--atari_sticky_action_prob={prob} must be in [0, 1)")
-    noop_max = getattr(cfg, "atari_noop_max", 30)
+    noop_max = cfg.atari_noop_max
     if not isinstance(noop_max, int) or noop_max < 0:
         raise ConfigError(f"--atari_noop_max={noop_max} must be an integer >= 0")
-    cap = getattr(cfg, "atari_max_episode_frames", 108_000)
+    cap = cfg.atari_max_episode_frames
     if not isinstance(cap, int) or cap < 0:
         raise ConfigError(f"--atari_max_episode_frames={cap} must be an integer >= 0 (0 = no limit)")
-    skip = getattr(cfg, "env_frameskip", 4)
+    skip = cfg.env_frameskip
     if not isinstance(skip, int) or skip < 1:
         raise ConfigError(f"--env_frameskip={skip} must be a positive integer for Atari")
 
@@ -95,7 +95,7 @@ def make_atari_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
                    render_mode: str | None = None) -> EpisodicLifeEnv:
     """The Atari game of ``full_env_name`` with the standard preprocessing, as a one-agent MultiAgentEnv.
 
-    Reads ``cfg.env_frameskip`` and the ``--atari_*`` flags (defaults for the ones a hand-made cfg lacks).
+    Reads ``cfg.env_frameskip`` and the ``--atari_*`` flags (a cfg parsed for an ``atari_`` env has them all).
     """
     import cv2
     from ale_py.env import AtariEnv  # imported here: sfx.envs.atari imports without building anything
@@ -103,20 +103,20 @@ def make_atari_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
     game = check_game(full_env_name)
     # one rollout worker = one core: cv2's own thread pool only adds contention (and costs ~40% per resize)
     cv2.setNumThreads(1)
-    sticky = getattr(cfg, "atari_sticky_action_prob", 0.25) if getattr(cfg, "atari_sticky_actions", True) else 0.0
-    cap = getattr(cfg, "atari_max_episode_frames", 108_000)
+    sticky = cfg.atari_sticky_action_prob if cfg.atari_sticky_actions else 0.0
+    cap = cfg.atari_max_episode_frames
     env = AtariEnv(game, obs_type="grayscale", frameskip=1, repeat_action_probability=float(sticky),
-                   full_action_space=bool(getattr(cfg, "atari_full_action_set", False)),
+                   full_action_space=bool(cfg.atari_full_action_set),
                    max_num_frames_per_episode=cap if cap > 0 else None, render_mode=render_mode)
-    noop_max = getattr(cfg, "atari_noop_max", 30)
+    noop_max = cfg.atari_noop_max
     if noop_max > 0:
         env = NoopReset(env, noop_max)
-    env = MaxPoolFrameSkip(env, max(1, int(getattr(cfg, "env_frameskip", 4))))
-    if getattr(cfg, "atari_fire_reset", True) and action_index(env, "FIRE") is not None:
+    env = MaxPoolFrameSkip(env, max(1, int(cfg.env_frameskip)))
+    if cfg.atari_fire_reset and action_index(env, "FIRE") is not None:
         env = FireReset(env)
     env = ResizeFrame(env, OBS_SIZE)
     env = FrameStack(env, NUM_STACKED_FRAMES)
-    episodic_life = bool(getattr(cfg, "atari_episodic_life", True)) and not _is_evaluation(cfg)
+    episodic_life = bool(cfg.atari_episodic_life) and not _is_evaluation(cfg)
     return EpisodicLifeEnv(env, seed=env_seed(cfg, env_config), episodic_life=episodic_life)
 
 

@@ -79,9 +79,9 @@ def level_for_env(full_env_name: str, cfg: Any, env_config: dict | None) -> str:
     if name != SUITE:
         return name
     env_config = env_config or {}
-    by = getattr(cfg, "dmlab30_level_assignment", "worker")
+    by = cfg.dmlab30_level_assignment
     index = env_config.get("env_id", 0) if by == "env" else env_config.get("worker_index", 0)
-    return dmlab30_level_for(index, use_test_levels=getattr(cfg, "dmlab_use_test_levels", False))
+    return dmlab30_level_for(index, use_test_levels=cfg.dmlab_use_test_levels)
 
 
 def add_dmlab_params(parser: argparse.ArgumentParser) -> None:
@@ -124,7 +124,7 @@ def _auto_bool(text: str) -> bool:
 
 def uses_instructions(full_env_name: str, cfg: Any) -> bool:
     """``--dmlab_use_instructions``, or by default: dmlab_30 and the language_* levels."""
-    flag = getattr(cfg, "dmlab_use_instructions", None)
+    flag = cfg.dmlab_use_instructions
     if flag is not None:
         return bool(flag)
     name = level_name(full_env_name)
@@ -146,21 +146,21 @@ def check_level_name(full_env_name: str, level_directory: str | None = None) -> 
 
 def validate_dmlab_cfg(cfg: argparse.Namespace) -> None:
     """Check the level name, the dmlab flags, and that deepmind_lab can be imported."""
-    check_level_name(cfg.env, getattr(cfg, "dmlab_level_directory", None))
+    check_level_name(cfg.env, cfg.dmlab_level_directory)
     for flag in ("dmlab_res_w", "dmlab_res_h"):
         value = getattr(cfg, flag)
         if not 8 <= value <= 4096:
             raise ConfigError(f"--{flag}={value} must be a frame size in pixels, between 8 and 4096")
     for flag in ("dmlab_dataset_path", "dmlab_level_directory"):
-        value = getattr(cfg, flag, None)
+        value = getattr(cfg, flag)
         if value and not os.path.isdir(os.path.expanduser(value)):
             raise ConfigError(f"--{flag}={value} is not a folder")
-    if getattr(cfg, "dmlab_instruction_vocab_size", DEFAULT_VOCAB_SIZE) < 2:
+    if cfg.dmlab_instruction_vocab_size < 2:
         raise ConfigError(f"--dmlab_instruction_vocab_size={cfg.dmlab_instruction_vocab_size} must be >= 2 "
                           f"(id 0 is padding)")
-    if getattr(cfg, "dmlab_instruction_max_len", DEFAULT_MAX_LEN) < 1:
+    if cfg.dmlab_instruction_max_len < 1:
         raise ConfigError(f"--dmlab_instruction_max_len={cfg.dmlab_instruction_max_len} must be >= 1")
-    cache_dir = getattr(cfg, "dmlab_level_cache_dir", None)
+    cache_dir = cfg.dmlab_level_cache_dir
     if cache_dir:
         from sfx.cfg.validation import check_writable_dir
 
@@ -177,24 +177,23 @@ def validate_dmlab_cfg(cfg: argparse.Namespace) -> None:
 def make_dmlab_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
                    render_mode: str | None = None) -> SingleAgentEnvAdapter:
     """Make the env of ``full_env_name`` for the worker/env in ``env_config``, seen as one agent."""
-    check_level_name(full_env_name, getattr(cfg, "dmlab_level_directory", None))
+    check_level_name(full_env_name, cfg.dmlab_level_directory)
     level = level_for_env(full_env_name, cfg, env_config)
-    cache_dir = getattr(cfg, "dmlab_level_cache_dir", None)
+    cache_dir = cfg.dmlab_level_cache_dir
     env = DmLabEnv(
         level,
-        extended_action_set=getattr(cfg, "dmlab_extended_action_set", False),
-        frameskip=getattr(cfg, "env_frameskip", 4),
-        width=getattr(cfg, "dmlab_res_w", 96),
-        height=getattr(cfg, "dmlab_res_h", 72),
-        renderer=getattr(cfg, "dmlab_renderer", "software"),
+        extended_action_set=cfg.dmlab_extended_action_set,
+        frameskip=cfg.env_frameskip,
+        width=cfg.dmlab_res_w,
+        height=cfg.dmlab_res_h,
+        renderer=cfg.dmlab_renderer,
         level_cache=DirectoryLevelCache(Path(cache_dir)) if cache_dir else None,
-        dataset_path=getattr(cfg, "dmlab_dataset_path", None),
-        level_directory=getattr(cfg, "dmlab_level_directory", None),
+        dataset_path=cfg.dmlab_dataset_path,
+        level_directory=cfg.dmlab_level_directory,
         objective="hns_capped" if level_name(full_env_name) == SUITE else "raw",
         render_mode=render_mode,
         env_name=full_env_name,
-        instructions=InstructionTokenizer(getattr(cfg, "dmlab_instruction_vocab_size", DEFAULT_VOCAB_SIZE),
-                                          getattr(cfg, "dmlab_instruction_max_len", DEFAULT_MAX_LEN))
+        instructions=InstructionTokenizer(cfg.dmlab_instruction_vocab_size, cfg.dmlab_instruction_max_len)
         if uses_instructions(full_env_name, cfg) else None,
     )
     return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))

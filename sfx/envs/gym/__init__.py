@@ -56,7 +56,7 @@ def add_gym_params(parser: argparse.ArgumentParser) -> None:
 
 def validate_gym_cfg(cfg: argparse.Namespace) -> None:
     check_gym_id(gym_id(cfg.env))
-    limit = getattr(cfg, "gym_max_episode_steps", None)
+    limit = cfg.gym_max_episode_steps
     if limit is not None and limit <= 0:
         raise ConfigError(f"--gym_max_episode_steps={limit} must be a positive integer (or None)")
 
@@ -66,7 +66,7 @@ def make_gym_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
     """Make the gymnasium env, with frame skip when ``cfg.env_frameskip > 1``, seen as one agent."""
     env_id = gym_id(full_env_name)
     check_gym_id(env_id)
-    return make_gymnasium_as_agent(env_id, cfg, env_config, render_mode, getattr(cfg, "gym_max_episode_steps", None))
+    return make_gymnasium_as_agent(env_id, cfg, env_config, render_mode, cfg.gym_max_episode_steps)
 
 
 def make_gymnasium_as_agent(env_id: str, cfg: Any, env_config: dict | None, render_mode: str | None,
@@ -83,7 +83,7 @@ def make_gymnasium_as_agent(env_id: str, cfg: Any, env_config: dict | None, rend
     env = gymnasium.make(env_id, **kwargs)
     if wrap is not None:
         env = wrap(env)
-    frameskip = getattr(cfg, "env_frameskip", 1)
+    frameskip = cfg.env_frameskip
     if frameskip > 1:
         env = FrameSkip(env, frameskip)
     return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))

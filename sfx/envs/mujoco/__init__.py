@@ -104,7 +104,7 @@ def add_mujoco_params(parser: argparse.ArgumentParser) -> None:
 def validate_mujoco_cfg(cfg: argparse.Namespace) -> None:
     """:class:`ConfigError` on an unknown task or a bad family flag."""
     mujoco_id(cfg.env)
-    limit = getattr(cfg, "mujoco_max_episode_steps", None)
+    limit = cfg.mujoco_max_episode_steps
     if limit is not None and limit <= 0:
         raise ConfigError(f"--mujoco_max_episode_steps={limit} must be a positive integer (or None)")
 
@@ -114,7 +114,7 @@ def make_mujoco_env(full_env_name: str, cfg: Any, env_config: dict | None = None
     """Make the MuJoCo task with float32 observations (frame skip when ``cfg.env_frameskip > 1``), as one agent."""
     env_id = mujoco_id(full_env_name)
     return make_gymnasium_as_agent(env_id, cfg, env_config, render_mode,
-                                   getattr(cfg, "mujoco_max_episode_steps", None), wrap=Float32Observation)
+                                   cfg.mujoco_max_episode_steps, wrap=Float32Observation)
 
 
 def register_family() -> None:

@@ -1,0 +1,211 @@
+"""APPO's learning step as pure functions: value targets and advantages, then the named loss terms.
+
+APPO (Petrenko et al. 2020, "Sample Factory") trains the clipped PPO objective (Schulman et al.
+2017, "Proximal Policy Optimization Algorithms", eq. 7) on trajectories that may lag the learner's
+weights by a few versions, with V-trace targets (Espeholt et al. 2018, "IMPALA", section 4) to
+correct for the lag, or GAE (Schulman et al. 2016) without. For a minibatch of ``B`` trajectories
+of ``T`` steps (batch-major ``[B, T]``, as the learner stores them):
+
+    r_t        = clip(reward_scale * reward_t, -reward_clip, reward_clip)
+                 + gamma * truncated_t * V(final obs of t)      (a time limit is not the task's end)
+    discount_t = gamma * (1 - done_t)                            (done = terminated or truncated)
+    returns, A = vtrace(log pi - log mu, discount, r, V, V(x_T))  or  gae(r, V, V(x_T), discount, lambda)
+    A          = (A - mean_valid(A)) / (std_valid(A) + 1e-8)
+
+    policy      = -mean_valid(min(rho A, clip(rho, 1 - eps, 1 + eps) A)),  rho = pi(a|x) / mu(a|x)
+    value       = 0.5 mean_valid(max((v - R)^2, (v_clip - R)^2))   (head scale: v, R normalized)
+    exploration = -mean_valid(entropy(pi))  or  min(mean_valid(symmetric KL(pi, uniform)), 30)
+    kl          = mean_valid(KL(mu || pi))
+
+and the learner minimises ``sum(coefficient * term)`` with ``APPOParams.coefficients``. Every
+function here takes tensors and plain numbers (plus the current and behaviour action
+distributions); the hyperparameters travel in one frozen ``APPOParams``, built from a cfg by
+``APPOParams.from_cfg``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+import torch
+
+from sfx.algo.distributions import ActionDistribution
+from sfx.algo.gae import gae
+from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
+from sfx.algo.targets import Targets
+from sfx.algo.vtrace import vtrace
+
+__all__ = ["APPOParams", "EXPLORATION_LOSSES", "LOSS_TERMS", "LossTerms", "TrajectoryOutputs", "appo_loss_terms",
+           "appo_targets", "normalize_advantages"]
+
+EXPLORATION_LOSSES = ("entropy", "symmetric_kl")
+LOSS_TERMS = ("policy", "value", "exploration", "kl")  # the LossTerms fields the learner sums
+
+
+@dataclass(frozen=True)
+class APPOParams:
+    """The hyperparameters of one APPO step (the cfg fields of the same names)."""
+
+    gamma: float
+    reward_scale: float
+    reward_clip: float
+    with_vtrace: bool
+    vtrace_rho: float
+    vtrace_c: float
+    gae_lambda: float
+    ppo_clip_ratio: float
+    ppo_clip_value: float
+    exploration_loss: str
+    value_loss_coeff: float
+    exploration_loss_coeff: float
+    kl_loss_coeff: float
+
+    def __post_init__(self) -> None:
+        if self.exploration_loss not in EXPLORATION_LOSSES:
+            raise ValueError(f"exploration_loss={self.exploration_loss!r} is not known; allowed: "
+                             f"{', '.join(EXPLORATION_LOSSES)}")
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> "APPOParams":
+        """The current values of ``cfg`` (read at every step: population-based training changes them)."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        """``{term name: coefficient}`` for every name in ``LOSS_TERMS``, in that order."""
+        return {"policy": 1.0, "value": self.value_loss_coeff, "exploration": self.exploration_loss_coeff,
+                "kl": self.kl_loss_coeff}
+
+
+class TrajectoryOutputs(NamedTuple):
+    """The current weights' view of a learner minibatch (``ActorCritic.forward_trajectories``).
+
+    Attributes:
+        action_params: ``[B, T, P]`` action distribution inputs (carry the gradient).
+        values: ``[B, T]`` values in the reward scale (carry the gradient).
+        values_normalized: ``[B, T]`` the value head's output (carries the gradient).
+        bootstrap_values: ``[B]`` ``V(x_T)`` in the reward scale, after the last step (no gradient).
+    """
+
+    action_params: torch.Tensor
+    values: torch.Tensor
+    values_normalized: torch.Tensor
+    bootstrap_values: torch.Tensor
+
+
+class LossTerms(NamedTuple):
+    """Scalar tensors. The fields named in ``LOSS_TERMS`` are the loss terms (they carry the
+    gradient); the rest are detached diagnostics.
+
+    Attributes:
+        policy: the clipped surrogate loss.
+        value: the (clipped) value loss in the value head's scale.
+        exploration: ``-entropy`` or the capped symmetric KL from uniform (``APPOParams.exploration_loss``).
+        kl: mean ``KL(behaviour || current)`` over valid samples.
+        entropy: mean entropy of the current policy over valid samples.
+        ratio_mean: mean importance ratio ``pi / mu`` over valid samples.
+        adv_std: std of the advantages the policy loss used, over all samples.
+        value_mean: mean of the current values (reward scale), over all samples.
+        target_mean: mean of the value targets (reward scale), over all samples.
+    """
+
+    policy: torch.Tensor
+    value: torch.Tensor
+    exploration: torch.Tensor
+    kl: torch.Tensor
+    entropy: torch.Tensor
+    ratio_mean: torch.Tensor
+    adv_std: torch.Tensor
+    value_mean: torch.Tensor
+    target_mean: torch.Tensor
+
+
+def normalize_advantages(advantages: torch.Tensor, valids: torch.Tensor) -> torch.Tensor:
+    """``(A - mean) / (std + 1e-8)`` with mean and (unbiased) std over the valid entries only;
+    unchanged when fewer than two entries are valid. Any shape, ``valids`` bool of the same shape."""
+    adv_valid = advantages[valids]
+    if adv_valid.numel() > 1:
+        return (advantages - adv_valid.mean()) / (adv_valid.std() + 1e-8)
+    return advantages
+
+
+def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                 truncation_values: torch.Tensor, values: torch.Tensor, bootstrap_values: torch.Tensor,
+                 log_rhos: torch.Tensor | None, valids: torch.Tensor, params: APPOParams) -> Targets:
+    """Value targets and normalized advantages of a minibatch (module docstring, first block).
+
+    Args:
+        rewards: ``[B, T]`` raw env rewards.
+        terminated: ``[B, T]`` bool, the episode ended at that step: no bootstrap.
+        truncated: ``[B, T]`` bool, a time limit cut the episode: bootstrap from ``truncation_values``.
+        truncation_values: ``[B, T]`` ``V(final obs)`` of truncated steps (reward scale).
+        values: ``[B, T]`` ``V(x_t)`` of the current weights (reward scale).
+        bootstrap_values: ``[B]`` ``V(x_T)`` after the last step.
+        log_rhos: ``[B, T]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)``; needed with V-trace, unused by GAE.
+        valids: ``[B, T]`` bool, the samples that count (advantage statistics are over these).
+        params: ``gamma, reward_scale, reward_clip, with_vtrace, vtrace_rho, vtrace_c, gae_lambda``.
+
+    Returns:
+        ``Targets(returns, advantages)``, both ``[B, T]``, no gradient; ``advantages`` normalized.
+    """
+    p = params
+    with torch.no_grad():
+        r = (rewards * p.reward_scale).clamp(-p.reward_clip, p.reward_clip)
+        r = r + p.gamma * truncated.to(r.dtype) * truncation_values
+        discounts = p.gamma * (1.0 - (terminated | truncated).to(r.dtype))
+        def tm(x: torch.Tensor) -> torch.Tensor:  # the recursions run over time-major [T, B]
+            return x.transpose(0, 1)
+
+        if p.with_vtrace:
+            if log_rhos is None:
+                raise ValueError("appo_targets: log_rhos is None; V-trace (with_vtrace=True) needs the log ratios")
+            out = vtrace(tm(log_rhos), tm(discounts), tm(r), tm(values), bootstrap_values,
+                         clip_rho_threshold=p.vtrace_rho, clip_pg_rho_threshold=p.vtrace_rho, lambda_=1.0,
+                         clip_c_threshold=p.vtrace_c)
+        else:
+            out = gae(tm(r), tm(values), bootstrap_values, tm(discounts), p.gae_lambda)
+        return Targets(returns=tm(out.returns), advantages=normalize_advantages(tm(out.advantages), valids))
+
+
+def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_prob: torch.Tensor,
+                    old_log_prob: torch.Tensor, targets: Targets, returns_normalized: torch.Tensor,
+                    values: torch.Tensor, values_normalized: torch.Tensor, old_values_normalized: torch.Tensor,
+                    valids: torch.Tensor, params: APPOParams) -> LossTerms:
+    """The loss terms of a minibatch (module docstring, second block), masked to ``valids``.
+
+    Args:
+        dist: the current policy over the ``B * T`` samples (rows in ``[B, T]`` order).
+        old_dist: the behaviour policy over the same rows.
+        log_prob: ``[B, T]`` ``log pi(a_t|x_t)`` of the taken actions (carries the gradient).
+        old_log_prob: ``[B, T]`` ``log mu(a_t|x_t)`` recorded when acting.
+        targets: ``appo_targets``'s result (``[B, T]``; ``returns`` in the reward scale).
+        returns_normalized: ``[B, T]`` ``targets.returns`` in the value head's scale.
+        values: ``[B, T]`` current values in the reward scale (for ``value_mean`` only).
+        values_normalized: ``[B, T]`` the value head's output (carries the gradient).
+        old_values_normalized: ``[B, T]`` the values recorded when acting, in the head's scale.
+        valids: ``[B, T]`` bool.
+        params: ``ppo_clip_ratio, ppo_clip_value, exploration_loss``.
+
+    Returns:
+        ``LossTerms``.
+    """
+    shape = valids.shape
+    policy, ratio = ppo_policy_loss(log_prob, old_log_prob, targets.advantages, params.ppo_clip_ratio, valids)
+    value = ppo_value_loss(values_normalized, old_values_normalized, returns_normalized, params.ppo_clip_value,
+                           valids)
+    entropy = dist.entropy().reshape(shape)
+    if params.exploration_loss == "symmetric_kl":
+        exploration = symmetric_kl_loss(dist.symmetric_kl_with_uniform().reshape(shape), valids)
+    else:
+        exploration = entropy_loss(entropy, valids)
+    kl = kl_loss(old_dist.kl_divergence(dist).reshape(shape), valids)
+    adv = targets.advantages
+    return LossTerms(
+        policy=policy, value=value, exploration=exploration, kl=kl,
+        entropy=masked_mean(entropy.detach(), valids),
+        ratio_mean=masked_mean(ratio.detach(), valids),
+        adv_std=adv.std() if adv.numel() > 1 else torch.zeros((), dtype=adv.dtype, device=adv.device),
+        value_mean=values.detach().mean(),
+        target_mean=targets.returns.mean(),
+    )

@@ -1,0 +1,67 @@
+"""Every message that crosses a queue, in one place.
+
+Messages are plain tuples whose first element names their kind (a tuple of a short string, ints
+and a small array or dict pickles in a few hundred nanoseconds; tensors never travel, only indices
+into shared memory). Each kind below gives its layout and who sends it to whom.
+
+Data (hot path; one queue each, read by one component)::
+
+    (REQ, worker, split_tag, rows[n, REQUEST_COLUMNS])   rollout worker -> policy_queues[p]
+    (ACT, [(split_tag, n), ...])                          policy worker  -> rollout_inboxes[w]
+    (TRAJ, [slot, ...])                                   rollout worker -> learner_queues[p]
+
+Control (separate queues, so a control message never waits behind data)::
+
+    (SHAPING, (policy, {name: weight}))                   coordinator (PBT) -> rollout_control[w]
+    (RESEND, None)                                        coordinator -> rollout_control[w]
+        (a policy worker was replaced: ask again for every split still waiting)
+    (PBT_SNAPSHOT, {"request": int, "path": str})         coordinator (PBT) -> learner_control[p]
+    (PBT_UPDATE, {"params": dict, "load_path": str|None, "from_policy": int|None})
+                                                          coordinator (PBT) -> learner_control[p]
+
+Reports (every component -> report_queue -> coordinator), all ``(kind, who, payload)``::
+
+    (ROLLOUT, worker, {"env_steps", "episodes": [...], "env_errors"})
+    (TRAIN, policy, {stats of one training iteration})
+    (LEARNER_READY, policy, {"env_steps", "train_step"})
+    (CHECKPOINT, policy, {"path", "env_steps", "train_step"})
+    (CHECKPOINT_FAILED, policy, {"error"})
+    (PBT_SNAPSHOT, policy, {"request", "path"})           the snapshot asked for is written
+    (PBT_APPLIED, policy, {"params", "from_policy"})      new hyperparameters (and weights) in use
+    (ERROR, component_name, traceback_text)
+    (STOPPED, component_name, {})                         the component's process is about to exit
+
+``split_tag`` is ``generation * worker_num_splits + split``: a restarted rollout worker, or one
+asked to resend, starts a new generation, and answers to another generation's requests are
+ignored.
+"""
+
+from __future__ import annotations
+
+# data
+REQ = "req"
+ACT = "act"
+TRAJ = "traj"
+
+# control
+SHAPING = "shaping"
+RESEND = "resend"
+PBT_SNAPSHOT = "pbt_snapshot"
+PBT_UPDATE = "pbt_update"
+
+# reports
+ROLLOUT = "rollout"
+TRAIN = "train"
+LEARNER_READY = "learner_ready"
+CHECKPOINT = "checkpoint"
+CHECKPOINT_FAILED = "checkpoint_failed"
+PBT_APPLIED = "pbt_applied"
+ERROR = "error"
+STOPPED = "stopped"
+
+# Columns of a policy request row (int64): where the agent's current obs and state are (slot, t);
+# where a just-truncated episode's bootstrap value goes (trunc slot, trunc t; -1 when none); and
+# which agent row holds that episode's final observation and state (agent).
+REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQ_AGENT = range(5)
+REQUEST_COLUMNS = 5
+

@@ -1,0 +1,149 @@
+"""Reporting: what a training shows while it runs. The status line (FPS, reward, ETA), TensorBoard
+summaries per policy, status.json (read by ``python -m sfx.runner.run --status``), and the run-wide
+counters (env errors, checkpoint failures, restarts) they all carry.
+
+A part of the coordinator loop (:func:`sfx.engine.coordinator.run_loop`): it takes every report
+and, on its own clock, writes what it shows; it never stops the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable
+
+from sfx.engine.protocol import CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, ROLLOUT, TRAIN
+from sfx.engine.resources import process_rss_mb
+from sfx.engine.stats import PolicyStats, ThroughputMeter, status_line, write_summaries
+
+log = logging.getLogger(__name__)
+
+
+class TrainingReporter:
+    """Per-policy statistics and meters of a training, and everything that shows them."""
+
+    def __init__(self, cfg: Any, pids: Callable[[], dict[str, int]]) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        from sfx.experiment import summary_dir
+
+        self.cfg = cfg
+        self.pids = pids  # the components' processes (memory summaries, status.json)
+        self.writers = [SummaryWriter(str(summary_dir(cfg, p)), flush_secs=10) for p in range(cfg.num_policies)]
+        self.policies = [PolicyStats(cfg.stats_avg) for _ in range(cfg.num_policies)]
+        self.fps = ThroughputMeter()
+        self.samples = ThroughputMeter()
+        self.learners_ready: set[int] = set()
+        # run-wide counts, in TensorBoard
+        self.counters = {"env_errors": 0, "checkpoint_failures": 0, "component_restarts": 0}
+        self.summary_hooks: list[Callable[[int, int], None]] = []  # (policy, env_steps): observers' summaries
+        self.start = self.last_report = self.last_summary = time.time()
+
+    # ------------------------------------------------------------------ loop part
+
+    def started(self, start: float) -> None:
+        """The runtime has started every component; ``start`` is when the loop began starting them (the
+        run's clock: elapsed time and ETA count from it; the meters from now)."""
+        self.start = self.last_report = self.last_summary = start
+        self.fps.mark_start()
+        self.samples.mark_start()
+        self.write_status("running", time.time())
+
+    def handle(self, reports: list) -> None:
+        for kind, who, payload in reports:
+            if kind == ROLLOUT:
+                self.fps.add(payload["env_steps"] * self.cfg.env_frameskip)
+                self.counters["env_errors"] += payload.get("env_errors", 0)
+                for ep in payload["episodes"]:
+                    self.policies[ep["policy"]].add_episode(ep)
+            elif kind == TRAIN:
+                self.samples.add(payload["samples"])
+                self.policies[who].add_train(payload)
+            elif kind == LEARNER_READY:
+                self.learners_ready.add(who)
+                self.policies[who].env_steps = payload["env_steps"]
+                self.policies[who].train_step = payload["train_step"]
+            elif kind == CHECKPOINT:
+                log.debug("policy %d checkpoint %s", who, payload["path"])
+            elif kind == CHECKPOINT_FAILED:
+                self.counters["checkpoint_failures"] += 1
+
+    def check(self, now: float) -> None:
+        cfg = self.cfg
+        if now - self.last_report >= cfg.report_every_sec:
+            self.last_report = now
+            log.info(status_line(self.policies, self.fps.rates(now), self.samples.rate(60, now), self.env_steps(),
+                                 cfg.train_for_env_steps, now - self.start, cfg.train_for_seconds))
+            self.write_status("running", now)
+        if now - self.last_summary >= cfg.experiment_summaries_interval:
+            self.last_summary = now
+            self.flush_summaries()
+        return None
+
+    # ------------------------------------------------------------------ what others read
+
+    @property
+    def all_learners_ready(self) -> bool:
+        return len(self.learners_ready) == self.cfg.num_policies
+
+    def env_steps(self) -> int:
+        return sum(s.env_steps for s in self.policies)
+
+    def restarted(self) -> None:
+        self.counters["component_restarts"] += 1
+        self.write_status("running", time.time())
+
+    # ------------------------------------------------------------------ outputs
+
+    def write_status(self, state: str, now: float) -> None:
+        from sfx.experiment import write_status
+
+        rewards = [s.mean("reward") for s in self.policies]
+        try:
+            write_status(self.cfg, status=state, env_steps=self.env_steps(),
+                         train_for_env_steps=self.cfg.train_for_env_steps,
+                         reward=[None if r != r else r for r in rewards], fps=self.fps.rate(60, now),
+                         elapsed_sec=now - self.start, restarts=self.counters["component_restarts"],
+                         components=self.pids())
+        except OSError as e:  # a full disk must not stop training; the checkpoints say the same louder
+            log.warning("could not write %s: %s", "status.json", e.strerror or e)
+
+    def summary(self, policy: int, tag: str, value: Any, step: int) -> None:
+        """One scalar (or text) in a policy's TensorBoard summaries, for observers."""
+        if isinstance(value, str):
+            self.writers[policy].add_text(tag, value, step)
+        else:
+            self.writers[policy].add_scalar(tag, value, step)
+
+    def flush_summaries(self) -> None:
+        for p, (s, wr) in enumerate(zip(self.policies, self.writers)):
+            for hook in self.summary_hooks:
+                hook(p, s.env_steps)
+            scalars = s.pop_summaries()
+            scalars["fps"] = self.fps.rate(60)
+            scalars["samples_per_sec"] = self.samples.rate(60)
+            for name, count in self.counters.items():
+                scalars[name] = float(count)
+            if p == 0:
+                # memory of every process, to see a leak over hours (policy 0's summaries only)
+                rss = process_rss_mb({"coordinator": os.getpid(), **self.pids()})
+                scalars.update({f"memory/{n}_rss_mb": v for n, v in rss.items()})
+                scalars["memory/total_rss_mb"] = sum(rss.values())
+            write_summaries(wr, scalars, s.env_steps)
+            wr.flush()
+
+    def close(self) -> None:
+        self.flush_summaries()
+        for wr in self.writers:
+            wr.close()
+
+    def result(self, status: str) -> dict:
+        cfg = self.cfg
+        elapsed = time.time() - self.start
+        return {"status": status, "env_steps": self.env_steps(), "elapsed_sec": elapsed,
+                "samples_per_sec": self.fps.total / cfg.env_frameskip / elapsed if elapsed > 0 else 0.0,
+                "fps": self.fps.total / elapsed if elapsed > 0 else 0.0,
+                "reward": [s.mean("reward") for s in self.policies],
+                "train_step": [s.train_step for s in self.policies],
+                "train_stats": [dict(s.train) for s in self.policies]}

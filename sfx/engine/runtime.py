@@ -1,0 +1,333 @@
+"""Runtimes: run a wiring's components (:class:`~sfx.engine.wiring.ComponentSpec`) through the one
+component interface (:mod:`sfx.engine.component`).
+
+- :class:`ProcessRuntime`: every component in its own process (the fast, normal mode), with
+  heartbeats, restarts and what a restart must give back;
+- :class:`SerialRuntime` (``--serial_mode``): the same component objects driven round-robin in
+  this process, for debugging and bit-for-bit determinism.
+
+Both read only the specs (which queue, which control queue, how many threads, restartable or not);
+no role names.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from sfx.engine.protocol import ERROR, RESEND, STOPPED
+from sfx.engine.queues import QueuePump, drain
+from sfx.engine.wiring import ComponentSpec, Wiring
+
+log = logging.getLogger(__name__)
+
+# a component asks whether the coordinator still lives at most this often (a read of /proc, which
+# the rollout workers' per-step stop checks made about 60 times a second each)
+PARENT_CHECK_SEC = 0.5
+# a component looks at its control queue at most this often (an empty read costs ~3 us, and a
+# rollout worker's loop turns thousands of times a second)
+CONTROL_POLL_SEC = 0.01
+
+
+class LockedQueueError(RuntimeError):
+    """A shared queue stays locked: a process died or froze inside one of its operations."""
+
+
+def put_or_raise(q: Any, items: list, what: str, timeout_sec: float = 5.0) -> None:
+    """``q.put_many(items)`` from a helper thread: the coordinator must never hang on a queue that a
+    killed process left locked (the thread is abandoned and the run stops instead)."""
+    done = threading.Event()
+
+    def put() -> None:
+        q.put_many(items)
+        done.set()
+
+    threading.Thread(target=put, daemon=True, name=f"put {what}").start()
+    if not done.wait(timeout_sec):
+        raise LockedQueueError(f"the queue of {what} stayed locked for {timeout_sec:.0f} s")
+
+
+def give_back_slots(w: Wiring, worker_index: int) -> int:
+    """Return to the free pools every trajectory slot a (dead) rollout worker held, per the owners
+    table it kept in shared memory; how many. LockedQueueError if a pool stays locked."""
+    given_back = 0
+    for p, owners in enumerate(w.slot_owners):
+        held = (owners == worker_index).nonzero().flatten()
+        if len(held):
+            owners[held] = -1
+            put_or_raise(w.free_slots[p], [int(x) for x in held], f"free slots of policy {p}")
+            given_back += len(held)
+    return given_back
+
+
+def _alive(pid: int) -> bool:
+    """Whether the coordinator still runs (our parent is the forkserver, so getppid won't do):
+    a component whose coordinator was killed saves what it must and exits, leaving no orphan."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a killed coordinator stays a zombie until its own parent reaps it, and a zombie still answers
+    # kill(pid, 0): ask /proc for the state too
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True  # no /proc here: trust kill(pid, 0)
+
+
+def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t: torch.Tensor,
+                    stop_flag: torch.Tensor, parent_pid: int, incarnation: int = 0) -> None:
+    """Entry point of a component's process: the one loop that runs any component."""
+    # Ctrl+C and SIGTERM go to the coordinator, which stops everyone in order (final checkpoint)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    name, cfg = spec.name, w.cfg
+    from sfx.experiment import log_path, setup_logging
+    setup_logging(cfg, name)
+    # SIGUSR1 (sent by the coordinator to a component that stopped beating) writes every thread's
+    # stack to the experiment's log: the "what was it doing" of a hang
+    stack_file = open(log_path(cfg), "a")  # noqa: SIM115 - must stay open for the process's life
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+
+    # numpy views of the shared tensors: an element write through numpy costs ~0.1 us, through
+    # torch several us, and rollout workers beat at every env step
+    heartbeats, stop = heartbeats_t.numpy(), stop_flag.numpy()
+
+    def beat() -> None:
+        heartbeats[beat_idx] = time.time()
+    torch.set_num_threads(spec.threads)
+    if spec.pin_core and cfg.set_workers_cpu_affinity and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[spec.index % len(cores)]})
+
+    parent_checked = [0.0, True]  # [when, alive]: /proc is read at most every PARENT_CHECK_SEC
+
+    def stopping() -> bool:
+        beat()  # called by every wait loop, including a rollout worker blocked on free slots
+        if stop[0]:
+            return True
+        now = time.monotonic()
+        if now - parent_checked[0] >= PARENT_CHECK_SEC:
+            parent_checked[:] = [now, _alive(parent_pid)]
+        return not parent_checked[1]
+
+    component = reader = None
+    try:
+        if w.env_family is not None:
+            from sfx.envs.registry import ensure_registered
+            ensure_registered(w.env_family)
+        beat()
+        component = spec.build(w, spec, torch.device(spec.device), incarnation)
+        component.should_stop = stopping
+        # a component without a heartbeat deadline (a learner) must never hang on a queue a killed
+        # process left locked: it reads through a pump that follows the switch to a spare
+        reader = QueuePump(spec.inbox) if spec.pump_inbox else None
+        component.start()
+        control_due = 0.0
+        while not stopping():
+            if spec.control is not None and time.monotonic() >= control_due:
+                control_due = time.monotonic() + CONTROL_POLL_SEC
+                msgs = drain(spec.control)
+                if msgs:
+                    component.process(msgs)
+            msgs = reader.get(timeout=0.1) if reader is not None else drain(spec.inbox, timeout=0.1)
+            if msgs:
+                component.process(msgs)
+            component.tick()
+            if component.stopped:
+                break
+    except Exception:
+        log.error("%s crashed:\n%s", name, traceback.format_exc())
+        w.report_queue.put((ERROR, name, traceback.format_exc()))
+    finally:
+        if reader is not None:
+            reader.close()
+        if component is not None:
+            try:
+                component.finish()  # a learner saves its checkpoint here, after a crash too
+            except Exception:
+                log.exception("%s could not finish cleanly", name)
+        w.report_queue.put((STOPPED, name, {}))
+
+
+def _exit_hung_shutdown() -> None:
+    log.error("the shutdown hangs (probably on a queue a killed process left locked): exiting now; the last "
+              "checkpoint is kept and the same command resumes")
+    logging.shutdown()
+    os._exit(1)
+
+
+class ProcessRuntime:
+    """Each component in its own process."""
+
+    def __init__(self, w: Wiring) -> None:
+        self.w = w
+        # forkserver: children fork from a clean single-threaded server that imported torch and
+        # sfx once, so they start in a fraction of a second (spawn re-imports everything per
+        # process) and, unlike plain fork, never inherit this process's threads or CUDA state.
+        self.ctx = torch.multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["sfx.engine.runtime", "sfx.models", "sfx.envs", "gymnasium"])
+        # a flag in shared memory rather than an Event: an Event is a named POSIX semaphore
+        # in /dev/shm that stays there until the garbage collector finalizes it
+        self.stop_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
+        self.heartbeats = torch.zeros(len(w.components), dtype=torch.float64).share_memory_()
+        self.specs: dict[str, ComponentSpec] = {s.name: s for s in w.components}
+        self.procs: dict[str, Any] = {}
+        self.launched: dict[str, float] = {}
+        self.restarts: dict[str, int] = {}
+
+    def start(self) -> None:
+        # the coordinator never reads the report queue itself: a killed component may have left it locked
+        self.reports = QueuePump(self.w.report_queue)
+        for spec in self.w.components:
+            self._launch(spec)
+
+    def _launch(self, spec: ComponentSpec) -> None:
+        i = self.w.components.index(spec)
+        self.heartbeats[i] = 0.0  # no beat yet: the startup grace period applies
+        p = self.ctx.Process(target=_component_main, name=spec.name,
+                             args=(self.w, spec, i, self.heartbeats, self.stop_flag, os.getpid(),
+                                   self.restarts.get(spec.name, 0)))
+        self.launched[spec.name] = time.time()
+        p.start()
+        self.procs[spec.name] = p
+
+    def step(self) -> list:
+        return self.reports.get(timeout=0.1)
+
+    def dead_components(self) -> list[str]:
+        return [n for n, p in self.procs.items() if not p.is_alive()]
+
+    def startup_limit_sec(self, timeout_sec: float) -> float:
+        """How long a component may take to its first heartbeat (imports, env creation and reset, the
+        decorrelation delay): --reset_timeout_seconds, at least 3 heartbeat timeouts."""
+        cfg = self.w.cfg
+        return max(cfg.reset_timeout_seconds, 3 * timeout_sec) + cfg.decorrelate_experience_max_seconds
+
+    def stalled_components(self, timeout_sec: float, now: float | None = None) -> list[str]:
+        """Live components with a heartbeat deadline and no beat for ``timeout_sec`` (learners have
+        none: one training iteration of a big model can legitimately take long)."""
+        now = time.time() if now is None else now
+        out = []
+        for i, spec in enumerate(self.w.components):
+            if not spec.heartbeat_deadline or not self.procs[spec.name].is_alive():
+                continue
+            last = float(self.heartbeats[i])
+            launched = self.launched[spec.name]
+            # until its first beat a component is importing and making envs, which on a loaded machine
+            # (or for envs that compile levels) takes much longer than a step: a longer grace period
+            limit = timeout_sec if last > launched else self.startup_limit_sec(timeout_sec)
+            if now - max(last, launched) > limit:
+                out.append(spec.name)
+        return out
+
+    def dump_stack(self, name: str) -> None:
+        """Ask a live component to write its threads' stacks into the log (faulthandler on SIGUSR1)."""
+        p = self.procs[name]
+        try:
+            os.kill(p.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+
+    def restart(self, name: str) -> tuple[int, int]:
+        """Kill ``name`` if it still runs, give back the trajectory slots it held, start it again.
+        Returns its restart count and the number of slots given back. Every queue the dead process read
+        or wrote switches to a fresh spare, a restarted rollout worker starts a new request generation
+        and the others resend what they wait for (answers to older requests are ignored);
+        LockedQueueError if even a fresh queue cannot be written."""
+        spec = self.specs[name]
+        old = self.procs[name]
+        if old.is_alive():
+            old.kill()
+        old.join(timeout=10)
+        given_back = give_back_slots(self.w, spec.index) if spec.holds_slots else 0
+        # The dead process may have left any queue it read or wrote unusable (a lock or a condition
+        # variable held forever): every request, answer, control, report and trajectory queue moves to a
+        # fresh spare, and every rollout worker asks again for what it was waiting for (old answers are
+        # ignored by generation).
+        for q in self.w.queues_to_switch():
+            q.switch()
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self._launch(spec)
+        for i, control in enumerate(self.w.rollout_control):
+            if control is not spec.control:
+                put_or_raise(control, [(RESEND, None)], f"rollout worker {i}'s control queue")
+        return self.restarts[name], given_back
+
+    def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
+        """Ask everyone to stop, wait for learners' final checkpoints, then make sure all exited."""
+        self.stop_flag[0] = 1
+        deadline = time.time() + timeout_sec
+        for p in self.procs.values():
+            while p.is_alive() and time.time() < deadline:
+                reports_sink(self.reports.get(timeout=0.05))
+                p.join(timeout=0.05)
+        for name, p in self.procs.items():
+            if p.is_alive():
+                log.warning("%s did not stop in %.0f s: terminating it", name, timeout_sec)
+                p.kill()
+                p.join(timeout=5)
+        reports_sink(self.reports.get_rest())
+        self.reports.close()
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self.procs.items()}
+
+
+class SerialRuntime:
+    """The same components, driven round-robin in the calling process."""
+
+    restarts: dict[str, int] = {}
+
+    def __init__(self, w: Wiring, device: torch.device) -> None:
+        self.w = w
+        self.device = device
+        self.parts: list[tuple[ComponentSpec, Any]] = []
+
+    def start(self) -> None:
+        torch.set_num_threads(1)
+        for spec in self.w.components:
+            self.parts.append((spec, spec.build(self.w, spec, self.device, 0)))
+        for _, comp in self.parts:  # learners come first in the wiring and publish weights
+            comp.start()
+
+    def step(self) -> list:
+        """One round: every component handles what waits for it. The coordinator checks its stop
+        conditions between rounds, so a seeded serial run stops at the same step every time."""
+        for spec, comp in self.parts:
+            if spec.control is not None:
+                msgs = drain(spec.control)
+                if msgs:
+                    comp.process(msgs)
+            msgs = drain(spec.inbox)
+            if msgs:
+                comp.process(msgs)
+            comp.tick()
+        return drain(self.w.report_queue)
+
+    def dead_components(self) -> list[str]:
+        return []
+
+    def stalled_components(self, timeout_sec: float, now: float | None = None) -> list[str]:
+        return []
+
+    def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
+        for _, comp in self.parts:
+            comp.finish()
+        reports_sink(drain(self.w.report_queue))
+
+    def pids(self) -> dict[str, int]:
+        return {}

@@ -1,0 +1,163 @@
+"""Supervision: heartbeats, restarts, and what a restart must give back; the stop rules.
+
+Both are parts of the coordinator loop (:func:`sfx.engine.coordinator.run_loop`): ``handle(reports)``
+sees every report, ``check(now)`` returns a :class:`Stop` when the run must end.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Any, NamedTuple
+
+from sfx.engine.protocol import ERROR
+from sfx.engine.runtime import LockedQueueError
+from sfx.engine.stats import reward_target_reached
+
+log = logging.getLogger(__name__)
+
+
+class Stop(NamedTuple):
+    status: str              # "done" | "interrupted" | "failed"
+    message: str | None = None
+    level: int = logging.INFO
+
+
+class Supervisor:
+    """Components that fail: a component that may not be restarted (a learner) ends the run with its
+    last checkpoint kept; the others, when they die or stop beating, are restarted (their trajectory
+    slots given back, the queues they used switched to spares), up to ``--max_component_restarts``
+    each, and never twice within three heartbeat timeouts (a queue the failed process left locked
+    would make every restart fail the same way: only a fresh start of the run helps then)."""
+
+    def __init__(self, cfg: Any, runtime: Any, on_restart=None) -> None:
+        self.cfg = cfg
+        self.runtime = runtime
+        self.on_restart = on_restart or (lambda: None)
+        self.errors: list[str] = []
+        self.last_restart: dict[str, float] = {}
+
+    def started(self, start: float) -> None:
+        pass
+
+    def handle(self, reports: list) -> None:
+        for kind, who, _ in reports:
+            if kind == ERROR:
+                self.errors.append(who)
+
+    def _restartable(self, name: str) -> bool:
+        spec = getattr(self.runtime, "specs", {}).get(name)
+        return spec is not None and spec.restartable
+
+    def check(self, now: float) -> Stop | None:
+        fatal = [n for n in self.errors if not self._restartable(n)]
+        if fatal:
+            return self._failed(f"stopping: {', '.join(fatal)} crashed (see the log above); its last checkpoint is "
+                                f"kept and the same command resumes")
+        self.errors.clear()  # a restartable component that reported an error exits next and is restarted below
+        cfg = self.cfg
+        for name in self.runtime.stalled_components(cfg.heartbeat_timeout_sec, now):
+            log.error("%s sent no heartbeat for more than %.0f s (--heartbeat_timeout_sec): a dump of its stacks "
+                      "follows in sf_log.txt", name, cfg.heartbeat_timeout_sec)
+            self.runtime.dump_stack(name)
+            failure = self._restart_or_fail(name, f"hung for more than {cfg.heartbeat_timeout_sec:.0f} s")
+            if failure:
+                return failure
+        for name in self.runtime.dead_components():
+            code = self.runtime.procs[name].exitcode
+            if not self._restartable(name):
+                return self._failed(f"stopping: {name} died (exit code {code}); its last checkpoint is kept and the "
+                                    f"same command resumes")
+            failure = self._restart_or_fail(name, f"died (exit code {code})")
+            if failure:
+                return failure
+        return None
+
+    @staticmethod
+    def _failed(message: str) -> Stop:
+        return Stop("failed", message, logging.ERROR)
+
+    def _restart_or_fail(self, name: str, why: str) -> Stop | None:
+        cfg, now = self.cfg, time.time()
+        # A process killed or frozen in the middle of a queue operation can leave that queue's lock
+        # taken for good, and then whoever uses the queue next hangs too: the restart cannot help,
+        # only a fresh start of the run (from the last checkpoint) can.
+        window = 3 * cfg.heartbeat_timeout_sec
+        recent = [n for n, t in self.last_restart.items() if now - t < window]
+        if recent:
+            return self._failed(f"stopping: {name} {why} within {window:.0f} s of the restart of {', '.join(recent)}: "
+                                f"a queue the failed process was using is probably left locked. The last checkpoint "
+                                f"is kept and the same command resumes")
+        done_before = self.runtime.restarts.get(name, 0)
+        if done_before >= cfg.max_component_restarts:
+            return self._failed(f"stopping: {name} {why}, and it was restarted {done_before} times already "
+                                f"(--max_component_restarts={cfg.max_component_restarts}); the same command resumes")
+        try:
+            n, slots_back = self.runtime.restart(name)
+        except LockedQueueError as e:
+            return self._failed(f"stopping: {name} {why} and could not be restarted: {e}: a queue the failed process "
+                                f"was using is probably left locked. The last checkpoint is kept and the same command "
+                                f"resumes")
+        self.last_restart[name] = time.time()
+        self.on_restart()
+        if self.runtime.specs[name].holds_slots:
+            log.warning("%s %s: restarted it (restart #%d; %d trajectory slots it held were given back, its envs' "
+                        "current episodes are lost)", name, why, n, slots_back)
+        else:
+            log.warning("%s %s: restarted it (restart #%d)", name, why, n)
+        return None
+
+
+class StopRequest:
+    """Turns SIGINT / SIGTERM into a flag; a second Ctrl+C stops without waiting."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self.forced = False
+        self._old: dict = {}
+
+    def __enter__(self) -> "StopRequest":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None:
+            self.forced = True
+        self.requested = signal.Signals(signum).name
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+class TrainingStopRules:
+    """When a training ends: Ctrl+C / SIGTERM (interrupted), ``--train_for_env_steps`` (once every
+    learner has said where it resumed), ``--train_for_seconds``, ``--stop_at_reward``."""
+
+    def __init__(self, cfg: Any, reporter: Any, stop_request: StopRequest) -> None:
+        self.cfg = cfg
+        self.reporter = reporter
+        self.stop_request = stop_request
+        self.start = time.time()
+
+    def started(self, start: float) -> None:
+        self.start = start
+
+    def handle(self, reports: list) -> None:
+        pass
+
+    def check(self, now: float) -> Stop | None:
+        cfg = self.cfg
+        if self.stop_request.requested:
+            return Stop("interrupted", f"{self.stop_request.requested} received: stopping, saving a final checkpoint")
+        if self.reporter.all_learners_ready and self.reporter.env_steps() >= cfg.train_for_env_steps:
+            return Stop("done")
+        if now - self.start >= cfg.train_for_seconds:
+            return Stop("done")
+        reached = reward_target_reached(self.reporter.policies, cfg.stop_at_reward, cfg.stats_avg)
+        if reached:
+            return Stop("done", f"policy {reached[0]}: average reward {reached[1]:.2f} over its last {cfg.stats_avg} "
+                                f"episodes reached --stop_at_reward={cfg.stop_at_reward:g}: done")
+        return None

@@ -1,0 +1,293 @@
+"""Wiring: the shared memory, the queues, and the components that use them, built once per run.
+
+:func:`wire` is the one place that shows how the components are connected::
+
+    rollout worker w --REQ(slot,t)--> policy_queues[p]    --> policy worker(s) of p
+    policy worker    --ACT(split,n)-> rollout_inboxes[w]
+    rollout worker   --TRAJ(slots)--> learner_queues[p]   --> learner p
+    learner p        --slot ids-----> free_slots[p]       --> rollout workers
+    learner p        --weights------> weights[p]  (shared memory, no queue)
+    coordinator      --control------> learner_control[p], rollout_control[w]  (PBT, resend)
+    everyone         --reports------> report_queue        --> coordinator
+
+(message layouts: :mod:`sfx.engine.protocol`). Each component is a :class:`ComponentSpec`: its role,
+the queue it reads, its control queue, where it runs, and the function that builds it in whichever
+process runs it; the runtimes (:mod:`sfx.engine.runtime`) read only the specs, never role names.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, allocate_agent_buffers,
+                                allocate_trajectory_buffers, num_trajectory_slots)
+from sfx.engine.learner import trajectories_per_iteration
+from sfx.engine.queues import LocalQueue, SwitchableQueue, make_process_queue
+from sfx.engine.resources import check_shared_memory, trajectory_buffer_bytes
+from sfx.models.device import select_device
+from sfx.models.obs import max_obs_ndim, obs_spec
+
+log = logging.getLogger(__name__)
+
+MAX_SPARE_QUEUES = 8  # fresh queues for restarts; later restarts reuse the first ones
+INBOX_QUEUE_BYTES = 128 * 1024  # a rollout worker's answers are a few dozen bytes each
+REQUEST_QUEUE_BYTES = 1024 * 1024  # requests: one small index array per worker and split
+CONTROL_QUEUE_BYTES = 256 * 1024  # PBT and resend messages: rare and small
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    observation_space: Any
+    action_space: Any
+    num_agents: int
+    reward_shaping: dict | None = None  # the env's named reward components (PBT mutates them)
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One component: what it is, what it reads, where it runs, how it is built and supervised.
+
+    ``build(w, spec, device, incarnation)`` constructs it in the process that runs it (a module-level
+    function: it travels to that process by reference); ``incarnation`` counts its restarts.
+    """
+
+    role: str
+    index: int
+    policy: int
+    build: Callable[..., Any]
+    inbox: Any                       # the data queue it reads
+    control: Any = None              # its control queue (read first, not behind data), or None
+    device: str = "cpu"              # "cpu" or "cuda"
+    threads: int = 1                 # torch threads in its process
+    pin_core: bool = False           # pinned to core index % cores (with --set_workers_cpu_affinity)
+    pump_inbox: bool = False         # read the inbox through a QueuePump: it must never hang on a locked queue
+    heartbeat_deadline: bool = True  # found hung when it stops beating (a learner's iteration may be long)
+    restartable: bool = True         # restarted when it dies or hangs; else its death stops the run
+    holds_slots: bool = False        # takes trajectory slots (a restart gives back the dead one's)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}_{self.index}"
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """Everything shared between components. Built once by :func:`wire`, never changed after."""
+
+    cfg: Any
+    env_info: EnvInfo
+    traj: tuple[TrajectoryBuffers, ...]    # per policy
+    agents: AgentBuffers
+    weights: tuple[WeightsBuffer, ...]     # per policy
+    free_slots: tuple                      # per policy: free trajectory slot indices
+    slot_owners: tuple                     # per policy: int32 [slots], the rollout worker holding each (-1 = none)
+    policy_queues: tuple                   # per policy: requests from rollout workers
+    learner_queues: tuple                  # per policy: finished trajectories
+    learner_control: tuple                 # per policy: PBT snapshot / update for its learner
+    rollout_inboxes: tuple                 # per rollout worker: answers from policy workers
+    rollout_control: tuple                 # per rollout worker: reward shaping, resend
+    report_queue: Any                      # everything -> coordinator
+    components: tuple[ComponentSpec, ...] = ()
+    env_family: Any = None                 # registered again in each worker process
+    make_env_fn: Any = None                # rollout workers' env factory; None = sfx.envs.make_env
+
+    def spec(self, role: str, index: int) -> ComponentSpec:
+        for s in self.components:
+            if s.role == role and s.index == index:
+                return s
+        raise KeyError(f"no component {role}_{index} in this wiring")
+
+    def queues_to_switch(self) -> list:
+        """Every queue a dead process may have left unusable, each once (a wiring may share queues)."""
+        qs = (*self.rollout_inboxes, *self.rollout_control, *self.policy_queues, self.report_queue,
+              *self.learner_queues, *self.learner_control)
+        return [q for q in {id(q): q for q in qs}.values() if isinstance(q, SwitchableQueue)]
+
+
+def resolve_device(cfg: Any, warn: bool = False) -> torch.device:
+    """``cuda`` for ``--device=gpu`` where CUDA is available, else ``cpu`` (the decision itself:
+    :func:`sfx.models.device.select_device`). Only the coordinator passes ``warn=True``: the fallback
+    is said once per run, not once per process."""
+    device = select_device(cfg)
+    if warn and cfg.device == "gpu" and device.type == "cpu":
+        log.warning("--device=gpu but CUDA is not available here: using the CPU")
+    return device
+
+
+def learner_threads(cfg: Any, obs_ndim: int) -> int:
+    """Torch threads for a learner (``--learner_main_loop_num_cores``, 0 = auto). On the CPU a
+    convolutional learner gets the cores the rollout workers (one pinned per core) leave free, at
+    least one: an OpenMP thread that shares its core with workers and game engines is often
+    descheduled, and its peers spin at every barrier (doom, 2 cores, 2 workers: 1 thread trained
+    1.13x faster than 2 at load ~4, and ~900 FPS against 0 at load ~12). A small MLP loses more to
+    thread synchronisation than it gains (CartPole: -25% samples/s with 2 threads), as does a
+    learner whose maths runs on a GPU."""
+    if cfg.learner_main_loop_num_cores > 0:
+        return cfg.learner_main_loop_num_cores
+    if resolve_device(cfg).type == "cuda" or obs_ndim < 2:
+        return 1
+    return max(1, len(os.sched_getaffinity(0)) - cfg.num_workers)
+
+
+def probe_env(cfg: Any) -> EnvInfo:
+    """Make one env to learn its spaces and number of agents."""
+    from sfx.envs import make_env
+
+    env = make_env(cfg, {"worker_index": -1, "vector_index": 0, "env_id": -1})
+    try:
+        shaping = env.get_reward_shaping() if hasattr(env, "get_reward_shaping") else None
+        return EnvInfo(env.observation_space, env.action_space, env.num_agents, shaping or None)
+    finally:
+        env.close()
+
+
+# --------------------------------------------------------------------------- builders
+
+def build_rollout_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
+    from sfx.engine.rollout_worker import RolloutWorker
+    from sfx.envs import make_env
+
+    # slot_owners: which slots it holds, so a restart can give back a dead worker's slots;
+    # incarnation: a restarted worker's requests carry a new generation (stale answers are ignored)
+    return RolloutWorker(w.cfg, spec.index, w.env_info.num_agents, list(w.traj), w.agents, list(w.free_slots),
+                         list(w.policy_queues), list(w.learner_queues), w.report_queue, w.make_env_fn or make_env,
+                         slot_owners=list(w.slot_owners), incarnation=incarnation,
+                         initial_rnn_state=w.agents.initial_rnn)
+
+
+def _seeded_model(w: Wiring, policy: int):
+    from sfx.models import create_actor_critic
+
+    if w.cfg.seed is not None:
+        torch.manual_seed(w.cfg.seed * 1000 + policy)
+    return create_actor_critic(w.cfg, w.env_info.observation_space, w.env_info.action_space)
+
+
+def build_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
+    from sfx.engine.policy_worker import PolicyWorker
+
+    return PolicyWorker(w.cfg, spec.policy, spec.index, _seeded_model(w, spec.policy), w.traj[spec.policy], w.agents,
+                        w.weights[spec.policy], list(w.rollout_inboxes), w.report_queue, device)
+
+
+def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
+    from sfx.engine.learner import Learner
+
+    return Learner(w.cfg, spec.policy, _seeded_model(w, spec.policy), w.traj[spec.policy], w.weights[spec.policy],
+                   w.free_slots[spec.policy], w.report_queue, device)
+
+
+def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
+    """A training run's components: a learner and ``policy_workers_per_policy`` policy workers per
+    policy, ``num_workers`` rollout workers. Learners first: they publish the weights the policy
+    workers wait for."""
+    cfg = w.cfg
+    device = resolve_device(cfg).type
+    threads = learner_threads(cfg, max_obs_ndim(w.env_info.observation_space))
+    specs = [ComponentSpec("learner", p, p, build_learner, w.learner_queues[p], w.learner_control[p], device,
+                           threads, pump_inbox=True, heartbeat_deadline=False, restartable=False)
+             for p in range(cfg.num_policies)]
+    specs += [ComponentSpec("policy_worker", p * cfg.policy_workers_per_policy + i, p, build_policy_worker,
+                            w.policy_queues[p], None, device)
+              for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
+    specs += [ComponentSpec("rollout_worker", i, -1, build_rollout_worker, w.rollout_inboxes[i], w.rollout_control[i],
+                            pin_core=True, holds_slots=True)
+              for i in range(cfg.num_workers)]
+    return tuple(specs)
+
+
+# --------------------------------------------------------------------------- wire
+
+def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
+         components: Callable[[Wiring], tuple[ComponentSpec, ...]] = training_components,
+         largest_batch_size: int | None = None, with_learners: bool = True, make_env_fn: Any = None) -> Wiring:
+    """Allocate shared memory and queues and list the components that use them.
+
+    ``components(w)`` lists the components (default: a training run's); ``largest_batch_size`` is the
+    largest batch any policy may get during the run (observers such as PBT may grow it; the slots
+    are sized for it); without learners (``with_learners=False``, the dummy sampler) finished
+    trajectories go to the policy's request queue, whose reader frees their slots.
+    """
+    from sfx.algo.distributions import action_params_size, action_shape
+
+    obs_space, action_space = env_info.observation_space, env_info.action_space
+    num_agents_total = cfg.num_workers * cfg.num_envs_per_worker * env_info.num_agents
+    rnn_size = max(1, model.rnn_state_size)
+    # room for the largest batch a policy may get (a learner waiting for more slots than exist would
+    # never train again)
+    sized_for = copy.copy(cfg)
+    sized_for.batch_size = max(cfg.batch_size, largest_batch_size or 0)
+    num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(sized_for),
+                                     cfg.traj_buffers_excess_ratio, serial)
+    spec = obs_spec(obs_space)
+    if not serial:
+        check_shared_memory(trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space),
+                                                    action_params_size(action_space), num_slots, cfg.num_policies,
+                                                    num_agents_total))
+    traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size,
+                                             action_shape(action_space), action_params_size(action_space))
+                 for _ in range(cfg.num_policies))
+    agents = allocate_agent_buffers(num_agents_total, spec, rnn_size)
+    # the state every episode starts from, as the model's core declares it (zeros for GRU / LSTM)
+    agents.initial_rnn.copy_(model.initial_rnn_states(1, torch.device("cpu"))[0])
+    weights = tuple(WeightsBuffer.for_model(model) for _ in range(cfg.num_policies))
+
+    spares = 0 if serial else min(cfg.max_component_restarts, MAX_SPARE_QUEUES)
+
+    def queue(max_bytes: int | None = None) -> Any:
+        """A queue whose reader or writers may be killed and restarted: with spares (see SwitchableQueue)."""
+        if serial:
+            return LocalQueue()
+        return SwitchableQueue(lambda: make_process_queue(max_bytes) if max_bytes else make_process_queue(), spares)
+
+    free_slots = []
+    for _ in range(cfg.num_policies):
+        q = LocalQueue() if serial else make_process_queue()
+        q.put_many(list(range(num_slots)))
+        free_slots.append(q)
+
+    policy_queues = tuple(queue(REQUEST_QUEUE_BYTES) for _ in range(cfg.num_policies))
+    w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=tuple(free_slots),
+               slot_owners=tuple(torch.full((num_slots,), -1, dtype=torch.int32).share_memory_()
+                                 for _ in range(cfg.num_policies)),
+               policy_queues=policy_queues,
+               learner_queues=tuple(queue() for _ in range(cfg.num_policies)) if with_learners else policy_queues,
+               learner_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_policies)),
+               rollout_inboxes=tuple(queue(INBOX_QUEUE_BYTES) for _ in range(cfg.num_workers)),
+               rollout_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_workers)),
+               report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn)
+    w = dataclasses.replace(w, components=tuple(components(w)))
+    log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
+    return w
+
+
+def _portable_family(env_name: str) -> Any:
+    """The env's family if it can travel to worker processes (its functions pickle by reference);
+    else None, and the workers rely on the registration their imports perform (a lambda made
+    inside ``if __name__ == '__main__'`` cannot reach them at all)."""
+    import pickle
+
+    from sfx.envs.registry import find_family
+
+    family = find_family(env_name)
+    try:
+        pickle.dumps(family)
+    except Exception:
+        log.debug("env family %r cannot be pickled; workers register it through their imports", family.prefix)
+        return None
+    return family
+
+
+def build_component(w: Wiring, role: str, index: int, policy: int, device: torch.device, incarnation: int = 0):
+    """Construct one component of the wiring in this process (tests and the serial runtime)."""
+    spec = w.spec(role, index)
+    if spec.policy != policy and policy >= 0:
+        spec = dataclasses.replace(spec, policy=policy)
+    return spec.build(w, spec, device, incarnation)
