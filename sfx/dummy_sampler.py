@@ -41,7 +41,7 @@ from sfx.engine.coordinator import run_loop
 from sfx.engine.protocol import ERROR, ROLLOUT, STOPPED
 from sfx.engine.runtime import ProcessRuntime, SerialRuntime
 from sfx.engine.supervision import Stop, StopRequest
-from sfx.engine.wiring import ComponentSpec, Wiring, probe_env, training_components, wire
+from sfx.engine.wiring import ComponentSpec, Wiring, probe_env, rollout_worker_specs, wire
 from sfx.engine.stats import ThroughputMeter, format_duration
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def sampler_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     trajectories' slots, which arrive on its own queue) and the run's rollout workers."""
     specs = [ComponentSpec("random_policy_worker", p, p, build_random_policy_worker, w.policy_queues[p])
              for p in range(w.cfg.num_policies)]
-    return tuple(specs) + tuple(s for s in training_components(w) if s.role == "rollout_worker")
+    return tuple(specs) + rollout_worker_specs(w)
 
 
 class SamplerReporter:

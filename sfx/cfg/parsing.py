@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from sfx.cfg.arguments import add_default_args, add_eval_args
+from sfx.cfg.cfg_json import load_cfg
 from sfx.errors import ConfigError
 from sfx.cfg.validation import validate_cfg
 
@@ -127,8 +128,6 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
 
     cfg_file = Path(pre.train_dir).expanduser() / pre.experiment / CFG_FILE
     if resume and cfg_file.is_file():
-        from sfx.experiment.cfg_io import load_cfg  # sfx.experiment imports ConfigError from this package
-
         saved = load_cfg(cfg_file)
         _resume(cfg, saved, explicit, cfg_file)
     elif evaluation:

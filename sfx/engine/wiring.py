@@ -197,10 +197,14 @@ def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     specs += [ComponentSpec("policy_worker", p * cfg.policy_workers_per_policy + i, p, build_policy_worker,
                             w.policy_queues[p], None, device)
               for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
-    specs += [ComponentSpec("rollout_worker", i, -1, build_rollout_worker, w.rollout_inboxes[i], w.rollout_control[i],
-                            pin_core=True, holds_slots=True)
-              for i in range(cfg.num_workers)]
-    return tuple(specs)
+    return tuple(specs) + rollout_worker_specs(w)
+
+
+def rollout_worker_specs(w: Wiring) -> tuple[ComponentSpec, ...]:
+    """``num_workers`` rollout workers, each pinned to a core (with --set_workers_cpu_affinity)."""
+    return tuple(ComponentSpec("rollout_worker", i, -1, build_rollout_worker, w.rollout_inboxes[i],
+                               w.rollout_control[i], pin_core=True, holds_slots=True)
+                 for i in range(w.cfg.num_workers))
 
 
 # --------------------------------------------------------------------------- wire

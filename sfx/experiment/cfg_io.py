@@ -10,37 +10,10 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from sfx.errors import ConfigError
+from sfx.cfg.cfg_json import _jsonable, cfg_to_dict, load_cfg  # noqa: F401 - cfg.json lives in sfx.cfg
 from sfx.experiment.paths import cfg_path, status_path
 
 log = logging.getLogger(__name__)
-
-
-def _jsonable(value: Any) -> tuple[bool, Any]:
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    elif isinstance(value, (set, frozenset)):
-        value = sorted(value)
-    elif isinstance(value, tuple):
-        value = list(value)
-    try:
-        json.dumps(value, allow_nan=True)
-    except (TypeError, ValueError):
-        return False, None
-    return True, value
-
-
-def cfg_to_dict(cfg: Any) -> dict:
-    """The JSON-able fields of ``cfg`` (a Namespace or a dict); others are skipped with a debug log."""
-    items = cfg.items() if isinstance(cfg, dict) else vars(cfg).items()
-    out = {}
-    for key, value in items:
-        ok, value = _jsonable(value)
-        if ok:
-            out[key] = value
-        else:
-            log.debug("cfg field %r (%s) is not JSON-serializable: not saved", key, type(value).__name__)
-    return out
 
 
 def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) -> None:
@@ -69,24 +42,6 @@ def save_cfg(cfg: Any, path: str | os.PathLike | None = None) -> Path:
     path = Path(path) if path is not None else cfg_path(cfg)
     atomic_write_text(path, json.dumps(cfg_to_dict(cfg), indent=2, sort_keys=True) + "\n")
     return path
-
-
-def load_cfg(path: str | os.PathLike) -> dict:
-    """The dict saved by :func:`save_cfg`. ConfigError naming the file when it is missing or corrupted."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is corrupted (invalid JSON: {e}); fix or delete it") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} is corrupted: expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def write_status(cfg: Any, **fields: Any) -> None:
