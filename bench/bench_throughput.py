@@ -19,20 +19,19 @@ Figures, not tests: nothing here passes or fails on a number.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 # Registers the bench_image_ family in this process and, because spawned worker processes import
 # the parent's main module, in the engine's workers too. SFX_EXTRA_ENV_MODULES (set for each run
 # below) is the documented way; this import keeps the bench working where that is not honoured.
 import bench.image_env  # noqa: F401,E402
+from bench.procs import split_extra
+from bench.throughput_common import REPO_ROOT, fmt_count, format_columns, run_json_child, tail, write_result
+from bench.throughput_common import child_env as common_child_env
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGE_ENV_MODULE = "bench.image_env"
 
 # benchmark name -> env name
@@ -55,23 +54,13 @@ def parse_bench_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[s
                         help="run only this benchmark (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="show the trainings' own output")
     parser.add_argument("--child_result", help=argparse.SUPPRESS)  # internal: the per-run process
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+    argv, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     return parser.parse_args(argv), extra
 
 
 def child_env() -> dict[str, str]:
     """Environment of a run: the repo importable and the image env family registered in every process."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    modules = [m for m in env.get("SFX_EXTRA_ENV_MODULES", "").split(",") if m]
-    if IMAGE_ENV_MODULE not in modules:
-        modules.append(IMAGE_ENV_MODULE)
-    env["SFX_EXTRA_ENV_MODULES"] = ",".join(modules)
-    return env
+    return common_child_env(env_modules=(IMAGE_ENV_MODULE,))
 
 
 def run_child(train_argv: list[str], result_path: str) -> None:
@@ -81,27 +70,18 @@ def run_child(train_argv: list[str], result_path: str) -> None:
 
     cfg = parse_args(train_argv)
     result = run_training(cfg)
-    Path(result_path).write_text(json.dumps(result, default=float))
+    write_result(result_path, result)
 
 
 def run_one(name: str, train_argv: list[str], workdir: Path, seconds: int, verbose: bool) -> dict:
-    result_path = workdir / f"{name}.json"
-    log_path = workdir / f"{name}.log"
-    cmd = [sys.executable, "-m", "bench.bench_throughput", "--child_result", str(result_path), "--", *train_argv]
     print(f"running {name}: sfx.train {' '.join(train_argv)}", flush=True)
-    started = time.monotonic()
-    with open(log_path, "w") as log:
-        out = None if verbose else log
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=child_env(), stdout=out,
-                              stderr=subprocess.STDOUT if out else None, timeout=seconds + 600)
-    wall = time.monotonic() - started
-    if proc.returncode != 0 or not result_path.exists():
-        tail = "" if verbose else "\n".join(log_path.read_text().splitlines()[-30:])
-        print(f"{name}: the run failed (exit {proc.returncode}); last lines of its output:\n{tail}", file=sys.stderr)
-        return {"status": "failed", "samples_per_sec": float("nan"), "wall_sec": wall}
-    result = json.loads(result_path.read_text())
-    result["wall_sec"] = wall
-    return result
+    run = run_json_child("bench.bench_throughput", [], train_argv, name, workdir, cwd=REPO_ROOT, env=child_env(),
+                         timeout=seconds + 600, verbose=verbose)
+    if run.result is None:
+        last = "" if verbose else tail(run.log_path, 30)
+        print(f"{name}: the run failed (exit {run.returncode}); last lines of its output:\n{last}", file=sys.stderr)
+        return {"status": "failed", "samples_per_sec": float("nan"), "wall_sec": run.wall_sec}
+    return run.result
 
 
 def format_table(rows: list[dict]) -> str:
@@ -111,12 +91,8 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         sps = r["samples_per_sec"]
         rel = f"{sps / baseline:.2f}x" if baseline and baseline == baseline and sps == sps else "-"
-        lines.append((r["env"], str(r["workers"]), str(r["envs_per_worker"]),
-                      f"{sps:,.0f}" if sps == sps else "-", rel, r["status"]))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(out)
+        lines.append((r["env"], str(r["workers"]), str(r["envs_per_worker"]), fmt_count(sps), rel, r["status"]))
+    return format_columns(lines, "l" * len(header))
 
 
 def main(argv: list[str] | None = None) -> int:

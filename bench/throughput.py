@@ -50,8 +50,12 @@ import time
 from pathlib import Path
 
 from bench.procs import split_extra, stop_group
+from bench.throughput_common import REPO_ROOT, format_columns, ratio, run_json_child, tail, write_result
+from bench.throughput_common import child_env as common_child_env
+from bench.throughput_common import fmt_count as fmt_fps
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+LOG_TAIL_LINES = 25  # of a failed measurement's output: in its result and on the terminal
+
 SF_VENV = REPO_ROOT / "bench" / "sf_venv"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SFX_COUNTER = re.compile(r"\| env steps ([\d,]+) ")
@@ -104,10 +108,7 @@ def env_flags(args: argparse.Namespace) -> list[str]:
 
 
 def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return common_child_env(unbuffered=True)
 
 
 # --------------------------------------------------------------------------- 1. raw limit
@@ -194,31 +195,14 @@ def child_sampler(args: argparse.Namespace, flags: list[str]) -> dict:
 def run_child(kind: str, args: argparse.Namespace, flags: list[str], workdir: Path, name: str,
               raw_envs_per_process: int = 1) -> dict:
     """One measurement in a fresh Python process (``--child``), its result read back as JSON."""
-    result_path, log_path = workdir / f"{name}.json", workdir / f"{name}.log"
-    forwarded = [f"--seconds={args.seconds}", f"--raw_processes={args.raw_processes}",
+    forwarded = [f"--child={kind}", f"--seconds={args.seconds}", f"--raw_processes={args.raw_processes}",
                  f"--raw_envs_per_process={raw_envs_per_process}"]
-    cmd = [sys.executable, "-m", "bench.throughput", f"--child={kind}", f"--child_result={result_path}",
-           *forwarded, "--", *flags]
-    started = time.monotonic()
-    with open(log_path, "w") as log:
-        try:
-            proc = subprocess.run(cmd, cwd=workdir, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=args.seconds + STARTUP_LIMIT_SEC + 120)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    if rc != 0 or not result_path.exists():
-        return {"status": "failed", "fps": float("nan"), "reason": f"exit {rc}", "log": _tail(log_path)}
-    result = json.loads(result_path.read_text())
-    result["wall_sec"] = time.monotonic() - started
-    return result
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    run = run_json_child("bench.throughput", forwarded, flags, name, workdir, cwd=workdir, env=child_env(),
+                         timeout=args.seconds + STARTUP_LIMIT_SEC + 120)
+    if run.result is None:
+        return {"status": "failed", "fps": float("nan"), "reason": f"exit {run.returncode}",
+                "log": tail(run.log_path, LOG_TAIL_LINES)}
+    return run.result
 
 
 # --------------------------------------------------------------------------- 3./4. trainings
@@ -281,7 +265,7 @@ def measure_training(name: str, cmd: list[str], counter: re.Pattern, args: argpa
         stop_group(proc)
         reader.join(timeout=10)
     if end is None:
-        return {"status": "failed", "fps": float("nan"), "reason": reason, "log": _tail(log_path)}
+        return {"status": "failed", "fps": float("nan"), "reason": reason, "log": tail(log_path, LOG_TAIL_LINES)}
     return {"status": "done", "fps": slope(window), "fps_endpoints": (end[1] - start[1]) / (end[0] - start[0]),
             "frames": end[1] - start[1], "seconds": end[0] - start[0], "startup_sec": first[0] - started,
             "counter_lines": len(window)}
@@ -333,30 +317,18 @@ def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "-"
 
 
-def fmt_fps(x: float) -> str:
-    return f"{x:,.0f}" if x == x else "-"
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if a == a and b == b and b > 0 else float("nan")
-
-
 def format_table(rows: list[tuple[str, dict]]) -> str:
     lines = [("measurement", "FPS", "status")]
     for label, r in rows:
         status = r["status"] if r["status"] == "done" else f"{r['status']}: {r.get('reason', '')}"
         lines.append((label, fmt_fps(r["fps"]), status))
-    widths = [max(len(line[i]) for line in lines) for i in range(3)]
-    out = ["  ".join([line[0].ljust(widths[0]), line[1].rjust(widths[1]), line[2]]).rstrip() for line in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return format_columns(lines, "lrl")
 
 
 def format_scaling(points: dict, workers: list[int], envs: list[int]) -> str:
     header = ["workers \\ envs/worker", *[str(e) for e in envs]]
     lines = [header] + [[str(w), *[fmt_fps(points.get(f"{w}x{e}", float("nan"))) for e in envs]] for w in workers]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.rjust(wd) for c, wd in zip(line, widths)) for line in lines)
+    return format_columns(lines, "r" * len(header), rule=False)
 
 
 def plot(rows: list[tuple[str, dict]], title: str, path: Path) -> None:
@@ -409,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         fn = child_raw if args.child == "raw" else child_sampler
         result = fn(args, args.extra)
-        Path(args.child_result).write_text(json.dumps(result, default=float))
+        write_result(args.child_result, result)
         return 0
 
     wanted = set(args.only or ["raw", "raw_many", "sampler", "sfx", "sf"]) - ({"sf"} if args.skip_sf else set())

@@ -20,7 +20,6 @@ are in its experiment folder (``policy_00_cfg.json``) and its publication stays 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import shutil
@@ -29,10 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from sfx.experiment.cfg_io import atomic_write_text
-from sfx.pbt.mutation import mutate, select_replacement
-from sfx.pbt.population import SHAPING_PREFIX, PopulationManager
-
-log = logging.getLogger(__name__)
+from sfx.pbt.mutation import select_replacement
+from sfx.pbt.population import PopulationManager
 
 
 def read_members(population_dir: Path, stale_sec: float, now: float | None = None) -> dict[str, dict]:
@@ -67,30 +64,17 @@ class ClusterPopulationMember(PopulationManager):
     def start(self, env_steps: list[int]) -> None:
         """Own hyperparameters from a previous life of this experiment; no initial perturbation
         (members differ by their own flags, e.g. a runner grid)."""
-        from sfx.experiment import policy_cfg_path
-
-        path = policy_cfg_path(self.cfg, 0)
-        if path.is_file():
-            saved = json.loads(path.read_text())
-            self.params[0].update(saved.get("params", {}))
-            self.params[0].update({SHAPING_PREFIX + k: v for k, v in saved.get("reward_shaping", {}).items()})
-            log.info("PBT: %s resumed with %s", self.label(0), self._describe(self.params[0]))
-        self._save(0, env_steps[0])
-        period = self.cfg.pbt_period_env_steps
-        self.next_step_at[0] = max(self.cfg.pbt_start_mutation, (env_steps[0] // period + 1) * period)
+        self._start_policy(0, env_steps[0], diversify=False)
         self._send_shaping(0)
 
     def update(self, policy_stats: list, env_steps: list[int]) -> None:
-        if env_steps[0] < self.next_step_at[0] or 0 in self.busy:
+        """Every period: ask our learner for the snapshot to publish (the decision follows in
+        :meth:`on_snapshot`)."""
+        if not self._due(0, env_steps[0]):
             return
-        period = self.cfg.pbt_period_env_steps
-        self.next_step_at[0] = (env_steps[0] // period + 1) * period
         self.objective_now = self.objective(policy_stats[0])
-        self.request_counter += 1
-        self.pending[self.request_counter] = {"env_steps": env_steps[0]}
         self.busy.add(0)
-        self.learner_queues[0].put(("pbt_snapshot", {"request": self.request_counter,
-                                                     "path": str(self.member_dir / "snapshot.pth")}))
+        self._request_snapshot(0, {"env_steps": env_steps[0]}, lambda request: self.member_dir / "snapshot.pth")
 
     def on_snapshot(self, who: int, payload: dict) -> None:
         """Our snapshot is published: publish the objective too, then exploit or explore."""
@@ -121,16 +105,8 @@ class ClusterPopulationMember(PopulationManager):
                 self.busy.discard(0)
                 self._explore(0, env_steps, f"member {winner}'s snapshot could not be read ({e}); {reason}")
                 return
-            copied = {k: v for k, v in members[winner]["params"].items()}
-            new, records = mutate(copied, self.specs, self.rng, self.cfg.pbt_mutation_rate,
-                                  self.cfg.pbt_perturb_min, self.cfg.pbt_perturb_max)
-            inherited = [{"param": k, "old": self.params[0].get(k), "new": v, "how": f"copied from member {winner}"}
-                         for k, v in copied.items() if v != self.params[0].get(k)]
-            self.params[0] = new
-            self._record(0, "exploit", winner, inherited + records, env_steps, reason)
-            self._send_params(0, load_path=str(local), from_policy=None)
-            self._send_shaping(0)
-            self._save(0, env_steps)
+            self._exploit(0, winner, dict(members[winner]["params"]), env_steps, reason, load_path=str(local),
+                          from_policy=None)
         else:
             self.busy.discard(0)
             self._explore(0, env_steps, reason)

@@ -17,6 +17,9 @@ message and apply them to the agents playing that policy.
 Every decision is logged, written to TensorBoard as text (``pbt/decisions``), and the effective
 hyperparameters of every policy are scalars ``pbt/<name>`` at every summary. Each policy's current
 values are saved to ``policy_NN_cfg.json`` (read back on resume, by this manager and by the learner).
+
+:class:`~sfx.pbt.cluster.ClusterPopulationMember` (PBT across experiments) is a subclass: it decides
+differently but resumes, schedules, exploits, explores, saves and records with the methods here.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import math
 import random
 from typing import Any, Callable
 
+from sfx.engine.protocol import PBT_SNAPSHOT, PBT_UPDATE, SHAPING
 from sfx.pbt.mutation import ParamSpec, batch_size_choices, mutate, select_replacement
 
 log = logging.getLogger(__name__)
@@ -67,20 +71,20 @@ class PopulationManager:
 
     Args:
         cfg: the run's cfg (the ``pbt_*`` flags, the starting hyperparameters).
-        learner_queues: per policy, the learner's inbox.
-        rollout_inboxes: per rollout worker, its inbox (for ``shaping`` messages).
+        learner_control: per policy, the learner's control queue (``PBT_SNAPSHOT``, ``PBT_UPDATE``).
+        rollout_control: per rollout worker, its control queue (``SHAPING`` messages).
         shaping: the env's default reward-shaping weights, or None.
         rng: the manager's random source (seeded from ``cfg.seed`` when given).
         summary: ``(policy, tag, value_or_text, env_steps)`` -> None, writes to TensorBoard.
     """
 
-    def __init__(self, cfg: Any, learner_queues: list, rollout_inboxes: list, shaping: dict[str, float] | None,
+    def __init__(self, cfg: Any, learner_control: list, rollout_control: list, shaping: dict[str, float] | None,
                  rng: random.Random, summary: Callable[[int, str, Any, int], None]) -> None:
         from sfx.experiment import pbt_dir
 
         self.cfg = cfg
-        self.learner_queues = learner_queues
-        self.rollout_inboxes = rollout_inboxes
+        self.learner_control = learner_control
+        self.rollout_control = rollout_control
         self.rng = rng
         self.summary = summary
         self.n = cfg.num_policies
@@ -98,28 +102,59 @@ class PopulationManager:
 
     def start(self, env_steps: list[int]) -> None:
         """Restore saved policy params, or diversify a new population; push shaping to the workers."""
-        from sfx.experiment import policy_cfg_path
-
         for p in range(self.n):
-            path = policy_cfg_path(self.cfg, p)
-            if path.is_file():
-                saved = json.loads(path.read_text())
-                self.params[p].update(saved.get("params", {}))
-                self.params[p].update({SHAPING_PREFIX + k: v for k, v in saved.get("reward_shaping", {}).items()})
-                log.info("PBT: policy %d resumed with %s", p, self._describe(self.params[p]))
-            elif p > 0:
-                # a population of identical members explores nothing at first: every member but the
-                # first starts from the flags with each hyperparameter perturbed once
-                new, records = mutate(self.params[p], self.specs, self.rng, 1.0, self.cfg.pbt_perturb_min,
-                                      self.cfg.pbt_perturb_max, reset_probability=0.0)
-                self.params[p] = new
-                self._record(p, "initial", None, records, env_steps[p], "initial diversity")
-                self._send_params(p)
-            self._save(p, env_steps[p])
-            period = self.cfg.pbt_period_env_steps
-            self.next_step_at[p] = max(self.cfg.pbt_start_mutation, (env_steps[p] // period + 1) * period)
+            # a population of identical members explores nothing at first: every member but the
+            # first starts from the flags with each hyperparameter perturbed once
+            self._start_policy(p, env_steps[p], diversify=p > 0)
         for p in range(self.n):
             self._send_shaping(p)
+
+    def _start_policy(self, p: int, env_steps: int, diversify: bool) -> None:
+        """Policy ``p``'s saved values when it has some, else (``diversify``) the flags' values each
+        perturbed once; saved at once, and its first decision scheduled."""
+        if not self._resume(p) and diversify:
+            new, records = mutate(self.params[p], self.specs, self.rng, 1.0, self.cfg.pbt_perturb_min,
+                                  self.cfg.pbt_perturb_max, reset_probability=0.0)
+            self.params[p] = new
+            self._record(p, "initial", None, records, env_steps, "initial diversity")
+            self._send_params(p)
+        self._save(p, env_steps)
+        self.next_step_at[p] = max(self.cfg.pbt_start_mutation, self._next_period(env_steps))
+
+    def _resume(self, p: int) -> bool:
+        """Policy ``p``'s values from its ``policy_NN_cfg.json`` of an earlier life of this
+        experiment; False when it has none."""
+        from sfx.experiment import policy_cfg_path
+
+        path = policy_cfg_path(self.cfg, p)
+        if not path.is_file():
+            return False
+        saved = json.loads(path.read_text())
+        self.params[p].update(saved.get("params", {}))
+        self.params[p].update({SHAPING_PREFIX + k: v for k, v in saved.get("reward_shaping", {}).items()})
+        log.info("PBT: %s resumed with %s", self.label(p), self._describe(self.params[p]))
+        return True
+
+    def _next_period(self, env_steps: int) -> int:
+        """The env steps at which the ``--pbt_period_env_steps`` period after ``env_steps`` ends."""
+        period = self.cfg.pbt_period_env_steps
+        return (env_steps // period + 1) * period
+
+    def _due(self, p: int, env_steps: int) -> bool:
+        """Whether policy ``p`` decides now (its period is over and no exploit of it is in flight);
+        when it does, its next decision is scheduled."""
+        if env_steps < self.next_step_at[p] or p in self.busy:
+            return False
+        self.next_step_at[p] = self._next_period(env_steps)
+        return True
+
+    def _request_snapshot(self, p: int, job: dict, path_of: Callable[[int], Any]) -> None:
+        """Ask policy ``p``'s learner to write a snapshot (weights and optimizer state) to
+        ``path_of(request id)``; its answer comes to :meth:`on_snapshot`, which gets ``job`` back."""
+        self.request_counter += 1
+        request = self.request_counter
+        self.pending[request] = job
+        self.learner_control[p].put((PBT_SNAPSHOT, {"request": request, "path": str(path_of(request))}))
 
     # ---------------------------------------------------------------- the periodic decision
 
@@ -133,9 +168,8 @@ class PopulationManager:
     def update(self, policy_stats: list, env_steps: list[int]) -> None:
         """Call often (every coordinator tick): acts for every policy whose period is over."""
         for p in range(self.n):
-            if env_steps[p] < self.next_step_at[p] or p in self.busy:
+            if not self._due(p, env_steps[p]):
                 continue
-            self.next_step_at[p] = (env_steps[p] // self.cfg.pbt_period_env_steps + 1) * self.cfg.pbt_period_env_steps
             objectives = {q: self.objective(policy_stats[q]) for q in range(self.n)}
             winner, reason = select_replacement(p, objectives, self.cfg.pbt_replace_fraction,
                                                 self.cfg.pbt_replace_reward_gap,
@@ -156,12 +190,9 @@ class PopulationManager:
             self._save(p, env_steps)
 
     def _start_exploit(self, p: int, winner: int, env_steps: int, reason: str) -> None:
-        self.request_counter += 1
-        request = self.request_counter
-        path = self.snapshot_dir / f"policy_{winner:02d}_for_{p:02d}_{request}.pth"
-        self.pending[request] = {"loser": p, "winner": winner, "env_steps": env_steps, "reason": reason}
         self.busy.update((p, winner))
-        self.learner_queues[winner].put(("pbt_snapshot", {"request": request, "path": str(path)}))
+        self._request_snapshot(winner, {"loser": p, "winner": winner, "env_steps": env_steps, "reason": reason},
+                               lambda request: self.snapshot_dir / f"policy_{winner:02d}_for_{p:02d}_{request}.pth")
         log.info("PBT: policy %d will copy policy %d (%s); waiting for its snapshot", p, winner, reason)
 
     def on_snapshot(self, winner: int, payload: dict) -> None:
@@ -169,18 +200,23 @@ class PopulationManager:
         job = self.pending.pop(payload["request"], None)
         if job is None:
             return
-        p = job["loser"]
-        copied = dict(self.params[winner])
+        self._exploit(job["loser"], winner, dict(self.params[winner]), job["env_steps"], job["reason"],
+                      load_path=payload["path"], from_policy=winner)
+        self.busy.discard(winner)
+
+    def _exploit(self, p: int, source: Any, copied: dict[str, float], env_steps: int, reason: str,
+                 load_path: str, from_policy: int | None) -> None:
+        """Policy ``p`` takes ``source``'s hyperparameters ``copied``, mutated, and its learner loads
+        the snapshot at ``load_path``; every inherited and mutated value is recorded."""
         new, records = mutate(copied, self.specs, self.rng, self.cfg.pbt_mutation_rate,
                               self.cfg.pbt_perturb_min, self.cfg.pbt_perturb_max)
-        inherited = [{"param": k, "old": self.params[p].get(k), "new": copied[k], "how": f"copied from policy {winner}"}
-                     for k in copied if copied[k] != self.params[p].get(k)]
+        inherited = [{"param": k, "old": self.params[p].get(k), "new": v, "how": f"copied from {self.label(source)}"}
+                     for k, v in copied.items() if v != self.params[p].get(k)]
         self.params[p] = new
-        self._record(p, "exploit", winner, inherited + records, job["env_steps"], job["reason"])
-        self._send_params(p, load_path=payload["path"], from_policy=winner)
+        self._record(p, "exploit", source, inherited + records, env_steps, reason)
+        self._send_params(p, load_path=load_path, from_policy=from_policy)
         self._send_shaping(p)
-        self._save(p, job["env_steps"])
-        self.busy.discard(winner)
+        self._save(p, env_steps)
 
     def on_applied(self, p: int, payload: dict) -> None:
         """The loser's learner loaded the snapshot and uses the new values."""
@@ -193,7 +229,7 @@ class PopulationManager:
 
     def _send_params(self, p: int, load_path: str | None = None, from_policy: int | None = None) -> None:
         learner_params = {k: v for k, v in self.params[p].items() if not k.startswith(SHAPING_PREFIX)}
-        self.learner_queues[p].put(("pbt_update", {"params": learner_params, "load_path": load_path,
+        self.learner_control[p].put((PBT_UPDATE, {"params": learner_params, "load_path": load_path,
                                                    "from_policy": from_policy}))
 
     def shaping_of(self, p: int) -> dict[str, float]:
@@ -202,8 +238,8 @@ class PopulationManager:
     def _send_shaping(self, p: int) -> None:
         weights = self.shaping_of(p)
         if weights:
-            for inbox in self.rollout_inboxes:
-                inbox.put(("shaping", (p, weights)))
+            for control in self.rollout_control:
+                control.put((SHAPING, (p, weights)))
 
     def _save(self, p: int, env_steps: int) -> None:
         from sfx.experiment import policy_cfg_path

@@ -49,7 +49,8 @@ from sfx.cfg.arguments import add_bool_arg
 from sfx.errors import ConfigError
 from sfx.envs.doom.actions import ACTION_SPACE_KINDS
 from sfx.envs.doom.reward_shaping import COMPONENTS, parse_reward_shaping
-from sfx.envs.doom.scenarios import PREFIX, SCENARIOS, DoomScenario, scenario_of
+from sfx.envs.doom.scenarios import (MULTIPLAYER_SCENARIOS, PREFIX, SCENARIOS, DoomScenario, multiplayer_scenario_of,
+                                     scenario_of)
 from sfx.envs.registry import env_seed, register_env, register_env_family
 
 # Every doom_ env: Sample Factory's VizDoom settings (its doom_override_defaults, the values its paper's
@@ -108,10 +109,7 @@ def add_doom_params(parser: argparse.ArgumentParser) -> None:
 
 def validate_doom_cfg(cfg: argparse.Namespace) -> None:
     """:class:`ConfigError` for an unknown scenario or a bad family flag."""
-    from sfx.envs.doom.multiplayer import (
-        multiplayer_scenario_of,
-        validate_multiplayer_cfg,
-    )
+    from sfx.envs.doom.multiplayer import validate_multiplayer_cfg
 
     if multiplayer_scenario_of(cfg.env) is not None:
         validate_multiplayer_cfg(cfg)
@@ -135,7 +133,7 @@ def validate_doom_flags(cfg: argparse.Namespace) -> None:
 def make_doom_env(full_env_name: str, cfg: Any, env_config: dict | None = None, render_mode: str | None = None):
     """Make the env named by ``full_env_name``: a single-player :class:`~sfx.envs.doom.env.DoomEnv`, or a
     :class:`~sfx.envs.doom.multiplayer.DoomMultiplayerEnv` for the multiplayer names."""
-    from sfx.envs.doom.multiplayer import make_multiplayer_env, multiplayer_scenario_of
+    from sfx.envs.doom.multiplayer import make_multiplayer_env
 
     if multiplayer_scenario_of(full_env_name) is not None:
         return make_multiplayer_env(full_env_name, cfg, env_config, render_mode=render_mode)
@@ -148,13 +146,13 @@ def make_scenario_env(scenario: DoomScenario, full_env_name: str, cfg: Any, env_
     from sfx.envs.doom.env import DoomEnv
     from sfx.envs.doom.game import GameSettings
 
-    settings = GameSettings(res_w=getattr(cfg, "res_w", 128), res_h=getattr(cfg, "res_h", 72),
-                            wide_aspect_ratio=getattr(cfg, "wide_aspect_ratio", False),
-                            pixel_format=getattr(cfg, "pixel_format", "rgb"), seed=env_seed(cfg, env_config))
-    return DoomEnv(scenario, settings, frameskip=getattr(cfg, "env_frameskip", 4),
-                   action_space=getattr(cfg, "doom_action_space", "discrete"),
-                   measurements=getattr(cfg, "doom_measurements", False),
-                   reward_shaping=parse_reward_shaping(getattr(cfg, "doom_reward_shaping", None)),
+    settings = GameSettings(res_w=cfg.res_w, res_h=cfg.res_h,
+                            wide_aspect_ratio=cfg.wide_aspect_ratio,
+                            pixel_format=cfg.pixel_format, seed=env_seed(cfg, env_config))
+    return DoomEnv(scenario, settings, frameskip=cfg.env_frameskip,
+                   action_space=cfg.doom_action_space,
+                   measurements=cfg.doom_measurements,
+                   reward_shaping=parse_reward_shaping(cfg.doom_reward_shaping),
                    render_mode=render_mode)
 
 
@@ -168,8 +166,6 @@ def register_doom_scenario(scenario: DoomScenario, default_overrides: dict | Non
     module, or one named in ``SFX_EXTRA_ENV_MODULES``) or before ``sfx.train.main``: the registered
     env travels to the workers with the run.
     """
-    from sfx.envs.doom.multiplayer import MULTIPLAYER_SCENARIOS
-
     if not isinstance(scenario, DoomScenario):
         raise TypeError(f"register_doom_scenario takes a DoomScenario, got {type(scenario).__name__}")
     if not scenario.name or scenario.name in SCENARIOS or scenario.name in MULTIPLAYER_SCENARIOS:

@@ -51,7 +51,6 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -61,60 +60,13 @@ import numpy as np
 from sfx.errors import ConfigError
 from sfx.envs.doom.actions import DoomActions
 from sfx.envs.doom.match_process import MATCH_VARIABLES, MatchSpec, match_main
-from sfx.envs.doom.reward_shaping import RewardShaping
+from sfx.envs.doom.reward_shaping import RewardShaping, parse_reward_shaping
+from sfx.envs.doom.scenarios import MAX_PLAYERS, MULTIPLAYER_SCENARIOS, MultiplayerScenario, multiplayer_scenario_of
 from sfx.envs.multi_agent import MultiAgentEnv
 
 log = logging.getLogger(__name__)
 
-MAX_PLAYERS = 8  # ZDoom's limit, agents and bots together
 PORT_RANGE = (20000, 32767)
-_MATCH_BUTTONS = ("ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT")
-
-
-@dataclass(frozen=True)
-class MultiplayerScenario:
-    """A multiplayer env: its map, how many starts it has and its default players.
-
-    Attributes:
-        name: the part of the env name after ``doom_``.
-        cfg_file: scenario ``.cfg`` in ``vizdoom.scenarios_path`` (wad and defaults).
-        doom_map: map lump.
-        max_players: deathmatch starts usable (agents + bots).
-        num_agents, num_bots: defaults.
-        min_agents: fewest agents allowed.
-        buttons: every agent's buttons.
-        description: one line for help texts.
-    """
-
-    name: str
-    cfg_file: str
-    doom_map: str
-    max_players: int
-    num_agents: int
-    num_bots: int
-    min_agents: int = 1
-    buttons: tuple[str, ...] = _MATCH_BUTTONS
-    description: str = ""
-
-    def cfg_path(self) -> str:
-        """Absolute path of the ``.cfg``."""
-        import vizdoom
-
-        return os.path.join(vizdoom.scenarios_path, self.cfg_file)
-
-
-MULTIPLAYER_SCENARIOS: dict[str, MultiplayerScenario] = {s.name: s for s in (
-    MultiplayerScenario("duel", "multi_duel.cfg", "map01", 2, num_agents=2, num_bots=0, min_agents=2,
-                        description="2 agents duel on multi_duel.wad (self-play)"),
-    MultiplayerScenario("duel_bots", "multi_duel.cfg", "map01", 2, num_agents=1, num_bots=1,
-                        description="1 agent duels 1 built-in bot on multi_duel.wad"),
-    MultiplayerScenario("deathmatch", "cig.cfg", "map01", MAX_PLAYERS, num_agents=4, num_bots=0, min_agents=2,
-                        buttons=(*_MATCH_BUTTONS, "SELECT_NEXT_WEAPON", "SELECT_PREV_WEAPON"),
-                        description="4 agents deathmatch on cig.wad MAP01 (self-play)"),
-    MultiplayerScenario("deathmatch_bots", "cig.cfg", "map01", MAX_PLAYERS, num_agents=1, num_bots=7,
-                        buttons=(*_MATCH_BUTTONS, "SELECT_NEXT_WEAPON", "SELECT_PREV_WEAPON"),
-                        description="agents and built-in bots deathmatch on cig.wad MAP01"),
-)}
 
 
 def match_players(scenario: MultiplayerScenario, num_agents: int | None, num_bots: int | None) -> tuple[int, int]:
@@ -476,27 +428,21 @@ class DoomMultiplayerEnv(MultiAgentEnv):
         return f"DoomMultiplayerEnv(doom_{self.scenario.name}, agents={self.num_agents}, bots={self.num_bots})"
 
 
-def multiplayer_scenario_of(full_env_name: str) -> MultiplayerScenario | None:
-    """``doom_duel`` -> its :class:`MultiplayerScenario`; ``None`` for any other name."""
-    name = full_env_name.removeprefix("doom_")
-    return MULTIPLAYER_SCENARIOS.get(name)
-
-
 def validate_multiplayer_cfg(cfg: Any) -> None:
     """:class:`ConfigError` for multiplayer flags the scenario cannot take."""
     scenario = multiplayer_scenario_of(cfg.env)
     if scenario is None:
         raise ConfigError(f"--env={cfg.env} is not a multiplayer doom env (known: "
                           f"{', '.join('doom_' + n for n in MULTIPLAYER_SCENARIOS)})")
-    match_players(scenario, getattr(cfg, "doom_num_agents", None), getattr(cfg, "doom_num_bots", None))
-    difficulty = getattr(cfg, "doom_bot_difficulty", None)
+    match_players(scenario, cfg.doom_num_agents, cfg.doom_num_bots)
+    difficulty = cfg.doom_bot_difficulty
     if difficulty is not None and not 0 <= difficulty <= 100:
         raise ConfigError(f"--doom_bot_difficulty={difficulty} must be in [0, 100]")
-    timelimit = getattr(cfg, "doom_timelimit_min", 4.0)
+    timelimit = cfg.doom_timelimit_min
     if not timelimit > 0:
         raise ConfigError(f"--doom_timelimit_min={timelimit} must be > 0 (a match without a time limit never "
                           f"ends its episodes)")
-    timeout = getattr(cfg, "doom_match_timeout_sec", 10.0)
+    timeout = cfg.doom_match_timeout_sec
     if not timeout > 0:
         raise ConfigError(f"--doom_match_timeout_sec={timeout} must be > 0")
 
@@ -504,20 +450,19 @@ def validate_multiplayer_cfg(cfg: Any) -> None:
 def make_multiplayer_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
                          render_mode: str | None = None) -> DoomMultiplayerEnv:
     """The :class:`DoomMultiplayerEnv` named by ``full_env_name``, configured by the ``doom_`` flags of ``cfg``."""
-    from sfx.envs.doom.reward_shaping import parse_reward_shaping
     from sfx.envs.registry import env_seed
 
     scenario = multiplayer_scenario_of(full_env_name)
     if scenario is None:
         raise ConfigError(f"--env={full_env_name} is not a multiplayer doom env")
     return DoomMultiplayerEnv(
-        scenario, num_agents=getattr(cfg, "doom_num_agents", None), num_bots=getattr(cfg, "doom_num_bots", None),
-        res_w=getattr(cfg, "res_w", 128), res_h=getattr(cfg, "res_h", 72),
-        wide_aspect_ratio=getattr(cfg, "wide_aspect_ratio", False), pixel_format=getattr(cfg, "pixel_format", "rgb"),
-        frameskip=getattr(cfg, "env_frameskip", 4), timelimit_min=getattr(cfg, "doom_timelimit_min", 4.0),
-        bot_difficulty=getattr(cfg, "doom_bot_difficulty", None),
-        match_timeout_sec=getattr(cfg, "doom_match_timeout_sec", 10.0),
-        action_space=getattr(cfg, "doom_action_space", "discrete"),
-        reward_shaping=parse_reward_shaping(getattr(cfg, "doom_reward_shaping", None)),
-        seed=env_seed(cfg, env_config), measurements=getattr(cfg, "doom_measurements", False),
+        scenario, num_agents=cfg.doom_num_agents, num_bots=cfg.doom_num_bots,
+        res_w=cfg.res_w, res_h=cfg.res_h,
+        wide_aspect_ratio=cfg.wide_aspect_ratio, pixel_format=cfg.pixel_format,
+        frameskip=cfg.env_frameskip, timelimit_min=cfg.doom_timelimit_min,
+        bot_difficulty=cfg.doom_bot_difficulty,
+        match_timeout_sec=cfg.doom_match_timeout_sec,
+        action_space=cfg.doom_action_space,
+        reward_shaping=parse_reward_shaping(cfg.doom_reward_shaping),
+        seed=env_seed(cfg, env_config), measurements=cfg.doom_measurements,
         render_mode=render_mode)

@@ -32,8 +32,10 @@ episode). Nothing ends an episode early, so every episode runs the full 4200-tic
 which makes steps/s comparable between runs and machines.
 
 Multiplayer matches (``doom_duel``, ``doom_duel_bots``, ``doom_deathmatch``, ``doom_deathmatch_bots``)
-are not in this table: each needs a match process of its own; they are listed in
-:mod:`sfx.envs.doom.multiplayer`.
+are not in this table but in :data:`MULTIPLAYER_SCENARIOS` below (maps and default players); each
+needs a match process of its own, which :mod:`sfx.envs.doom.multiplayer` runs (its docstring
+describes them). Both tables live here so that every module of the family looks a scenario name up
+in one place, and the multiplayer env imports its table from here, never the other way round.
 """
 
 from __future__ import annotations
@@ -118,9 +120,63 @@ def scenario_of(full_env_name: str) -> DoomScenario:
     name = full_env_name[len(PREFIX):] if full_env_name.startswith(PREFIX) else full_env_name
     if name in SCENARIOS:
         return SCENARIOS[name]
-    from sfx.envs.doom.multiplayer import MULTIPLAYER_SCENARIOS
-
     known = [PREFIX + n for n in (*SCENARIOS, *MULTIPLAYER_SCENARIOS)]
     close = difflib.get_close_matches(PREFIX + name, known, n=3, cutoff=0.6)
     hint = f"; did you mean: {', '.join(close)}?" if close else ""
     raise ConfigError(f"--env={full_env_name}: unknown doom scenario{hint} (known: {', '.join(known)})")
+
+
+# ----------------------------------------------------------------------------- multiplayer matches
+
+MAX_PLAYERS = 8  # ZDoom's limit, agents and bots together
+_MATCH_BUTTONS = _MOVE_TURN_ATTACK
+
+
+@dataclass(frozen=True)
+class MultiplayerScenario:
+    """A multiplayer env: its map, how many starts it has and its default players.
+
+    Attributes:
+        name: the part of the env name after ``doom_``.
+        cfg_file: scenario ``.cfg`` in ``vizdoom.scenarios_path`` (wad and defaults).
+        doom_map: map lump.
+        max_players: deathmatch starts usable (agents + bots).
+        num_agents, num_bots: defaults.
+        min_agents: fewest agents allowed.
+        buttons: every agent's buttons.
+        description: one line for help texts.
+    """
+
+    name: str
+    cfg_file: str
+    doom_map: str
+    max_players: int
+    num_agents: int
+    num_bots: int
+    min_agents: int = 1
+    buttons: tuple[str, ...] = _MATCH_BUTTONS
+    description: str = ""
+
+    def cfg_path(self) -> str:
+        """Absolute path of the ``.cfg``."""
+        return _bundled_or_absolute(self.cfg_file)
+
+
+MULTIPLAYER_SCENARIOS: dict[str, MultiplayerScenario] = {s.name: s for s in (
+    MultiplayerScenario("duel", "multi_duel.cfg", "map01", 2, num_agents=2, num_bots=0, min_agents=2,
+                        description="2 agents duel on multi_duel.wad (self-play)"),
+    MultiplayerScenario("duel_bots", "multi_duel.cfg", "map01", 2, num_agents=1, num_bots=1,
+                        description="1 agent duels 1 built-in bot on multi_duel.wad"),
+    MultiplayerScenario("deathmatch", "cig.cfg", "map01", MAX_PLAYERS, num_agents=4, num_bots=0, min_agents=2,
+                        buttons=(*_MATCH_BUTTONS, "SELECT_NEXT_WEAPON", "SELECT_PREV_WEAPON"),
+                        description="4 agents deathmatch on cig.wad MAP01 (self-play)"),
+    MultiplayerScenario("deathmatch_bots", "cig.cfg", "map01", MAX_PLAYERS, num_agents=1, num_bots=7,
+                        buttons=(*_MATCH_BUTTONS, "SELECT_NEXT_WEAPON", "SELECT_PREV_WEAPON"),
+                        description="agents and built-in bots deathmatch on cig.wad MAP01"),
+)}
+
+
+def multiplayer_scenario_of(full_env_name: str) -> MultiplayerScenario | None:
+    """``doom_duel`` -> its :class:`MultiplayerScenario`; ``None`` for any other name."""
+    name = full_env_name.removeprefix(PREFIX)
+    return MULTIPLAYER_SCENARIOS.get(name)

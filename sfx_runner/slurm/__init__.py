@@ -1,0 +1,13 @@
+"""The parts of the slurm backend (:mod:`sfx_runner.backends.slurm`, which re-exports every name),
+one module per section:
+
+    flags.py       --slurm_timeout and the --slurm_sbatch_template file
+    cluster.py     partitions and nodes as sinfo reports them; running the Slurm client commands
+    resources.py   what each array task asks for, checked against the cluster
+    job.py         inside the job: ExperimentJob, the callable submitit pickles, runs and requeues
+    watch.py       squeue / sacct: which jobs may still run, how the ended ones ended
+
+They live outside ``sfx_runner.backends`` so that choosing a backend loads one module there
+(``get_backend``), and they are loaded only with the slurm backend. Nothing here imports submitit
+at import time.
+"""
