@@ -288,13 +288,14 @@ class ProcessRuntime:
 
 
 class SerialRuntime:
-    """The same components, driven round-robin in the calling process."""
-
-    restarts: dict[str, int] = {}
+    """The same components, driven round-robin in the calling process (nothing is restarted: an
+    exception in a component ends the run)."""
 
     def __init__(self, w: Wiring, device: torch.device) -> None:
         self.w = w
         self.device = device
+        self.specs: dict[str, ComponentSpec] = {s.name: s for s in w.components}
+        self.restarts: dict[str, int] = {}
         self.parts: list[tuple[ComponentSpec, Any]] = []
 
     def start(self) -> None:

@@ -47,7 +47,7 @@ class Supervisor:
                 self.errors.append(who)
 
     def _restartable(self, name: str) -> bool:
-        spec = getattr(self.runtime, "specs", {}).get(name)
+        spec = self.runtime.specs.get(name)
         return spec is not None and spec.restartable
 
     def check(self, now: float) -> Stop | None:
