@@ -26,7 +26,7 @@ distributions); the hyperparameters travel in one frozen ``APPOParams``, built f
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -41,6 +41,10 @@ __all__ = ["APPOParams", "EXPLORATION_LOSSES", "LOSS_TERMS", "LossTerms", "Traje
 
 EXPLORATION_LOSSES = ("entropy", "symmetric_kl")
 LOSS_TERMS = ("policy", "value", "exploration", "kl")  # the LossTerms fields the learner sums
+
+
+# a sum over data-parallel ranks (torch.distributed.all_reduce, or the identity with one rank)
+Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -121,18 +125,30 @@ class LossTerms(NamedTuple):
     target_mean: torch.Tensor
 
 
-def normalize_advantages(advantages: torch.Tensor, valids: torch.Tensor) -> torch.Tensor:
+def normalize_advantages(advantages: torch.Tensor, valids: torch.Tensor, reduce: Reduce | None = None) -> torch.Tensor:
     """``(A - mean) / (std + 1e-8)`` with mean and (unbiased) std over the valid entries only;
-    unchanged when fewer than two entries are valid. Any shape, ``valids`` bool of the same shape."""
+    unchanged when fewer than two entries are valid. Any shape, ``valids`` bool of the same shape.
+
+    ``reduce`` (data-parallel ranks): sums a tensor over every rank's minibatch; the mean and std are
+    then those of all ranks' valid entries together (from float64 count, sum and sum of squares)."""
     adv_valid = advantages[valids]
-    if adv_valid.numel() > 1:
-        return (advantages - adv_valid.mean()) / (adv_valid.std() + 1e-8)
-    return advantages
+    if reduce is None:
+        if adv_valid.numel() > 1:
+            return (advantages - adv_valid.mean()) / (adv_valid.std() + 1e-8)
+        return advantages
+    a = adv_valid.to(torch.float64)
+    n, total, squares = reduce(torch.stack([a.new_tensor(float(a.numel())), a.sum(), (a * a).sum()])).unbind()
+    if n <= 1:
+        return advantages
+    mean = total / n
+    std = ((squares - n * mean * mean).clamp(min=0.0) / (n - 1)).sqrt()
+    return (advantages - mean.to(advantages.dtype)) / (std.to(advantages.dtype) + 1e-8)
 
 
 def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
                  truncation_values: torch.Tensor, values: torch.Tensor, bootstrap_values: torch.Tensor,
-                 log_rhos: torch.Tensor | None, valids: torch.Tensor, params: APPOParams) -> Targets:
+                 log_rhos: torch.Tensor | None, valids: torch.Tensor, params: APPOParams,
+                 reduce: Reduce | None = None) -> Targets:
     """Value targets and normalized advantages of a minibatch (module docstring, first block).
 
     Args:
@@ -145,6 +161,7 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
         log_rhos: ``[B, T]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)``; needed with V-trace, unused by GAE.
         valids: ``[B, T]`` bool, the samples that count (advantage statistics are over these).
         params: ``gamma, reward_scale, reward_clip, with_vtrace, vtrace_rho, vtrace_c, gae_lambda``.
+        reduce: with data-parallel ranks, a sum over ranks (advantages are normalized over all of them).
 
     Returns:
         ``Targets(returns, advantages)``, both ``[B, T]``, no gradient; ``advantages`` normalized.
@@ -165,7 +182,7 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
                          clip_c_threshold=p.vtrace_c)
         else:
             out = gae(tm(r), tm(values), bootstrap_values, tm(discounts), p.gae_lambda)
-        return Targets(returns=tm(out.returns), advantages=normalize_advantages(tm(out.advantages), valids))
+        return Targets(returns=tm(out.returns), advantages=normalize_advantages(tm(out.advantages), valids, reduce))
 
 
 def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_prob: torch.Tensor,

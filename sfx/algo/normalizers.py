@@ -52,14 +52,27 @@ class RunningMeanStd(nn.Module):
         self._affine_cache: tuple | None = None  # (key, a, b) of normalize()
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor, scale: float = 1.0) -> None:
+    def update(self, x: torch.Tensor, scale: float = 1.0, reduce=None) -> None:
         """Fold a batch ``x [N, *shape]``, as ``(x - shift) / scale``, into the statistics (applied to the
-        moments, so raw uint8 frames need no float copy)."""
+        moments, so raw uint8 frames need no float copy).
+
+        ``reduce`` (data-parallel ranks): a sum over ranks; the batch is then all ranks' rows together
+        (count, sum and sum of squares in float64), so every rank's statistics stay identical."""
         batch = x.detach().reshape(-1, *self.shape).to(device=self.mean.device)
-        n_b = batch.shape[0]
-        if n_b == 0:
-            return
-        mean_b, var_b = self._batch_moments(batch)
+        if reduce is not None:
+            b = batch.to(torch.float64)
+            count = reduce(b.new_tensor([float(b.shape[0])]))[0]
+            if count == 0:
+                return
+            sums = reduce(torch.stack([b.sum(dim=0), (b * b).sum(dim=0)]))
+            n_b = float(count)
+            mean_b = sums[0] / count
+            var_b = (sums[1] / count - mean_b * mean_b).clamp(min=0.0)
+        else:
+            n_b = batch.shape[0]
+            if n_b == 0:
+                return
+            mean_b, var_b = self._batch_moments(batch)
         mean_b = mean_b - self.shift
         if scale != 1.0:
             mean_b, var_b = mean_b / scale, var_b / (scale * scale)

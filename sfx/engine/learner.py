@@ -72,7 +72,7 @@ def make_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
 
 
 def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: dict[str, Any],
-                  valids: torch.Tensor, cfg: Any) -> dict[str, float]:
+                  valids: torch.Tensor, cfg: Any, group: Any = None) -> dict[str, float]:
     """One APPO minibatch step on ``model`` (an ``ActorCritic``): forward, targets, loss, backward,
     gradient clipping and ``optimizer.step()``. Needs no process or queue.
 
@@ -82,6 +82,11 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
             ``action_params``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``trunc_values``.
         valids: ``[B, T]`` bool, the samples that count.
         cfg: read for ``APPOParams`` and ``use_rnn``, ``recurrence``, ``normalize_returns``, ``max_grad_norm``.
+        group: a :class:`~sfx.engine.data_parallel.GradientGroup` when this policy's learners run on several
+            ranks: the update is then the one of all ranks' minibatches together (advantage and returns
+            statistics over all of them, each rank's loss weighted by its share of the valid samples,
+            gradients summed), and a non-finite minibatch on any rank is skipped on all. With
+            ``--exploration_loss=symmetric_kl`` its cap of 30 applies to each rank's mean.
 
     Returns:
         The step's statistics: ``loss/total``, ``loss/<term>``, ``entropy``, ``kl``, ``grad_norm``,
@@ -103,13 +108,15 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
 
     values = out.values.detach()
     log_rhos = log_prob.detach() - mb["log_probs"] if params.with_vtrace else None
+    reduce = group.sum if group is not None else None
     targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
-                           out.bootstrap_values, log_rhos, valids, params)
-    if not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all())):
+                           out.bootstrap_values, log_rhos, valids, params, reduce)
+    bad = not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all()))
+    if bad or (group is not None and group.any(bad)):
         raise NonFiniteBatch("value targets / advantages")
     with torch.no_grad():
         if cfg.normalize_returns and getattr(model, "returns_normalizer", None) is not None:
-            model.returns_normalizer.update(targets.returns[valids])
+            model.returns_normalizer.update(targets.returns[valids], reduce=reduce)
         returns_norm = model.normalize_values(targets.returns)
         old_values_norm = model.normalize_values(mb["values"])
 
@@ -120,10 +127,18 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         weighted = coeff * getattr(terms, name)
         loss = weighted if loss is None else loss + weighted
 
-    if not bool(torch.isfinite(loss)):
+    bad = not bool(torch.isfinite(loss))
+    if bad or (group is not None and group.any(bad)):
         raise NonFiniteBatch("loss")
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    if group is None:
+        loss.backward()
+    else:
+        # this rank's share of all ranks' valid samples: summed gradients = gradient of the global mean
+        local = valids.sum().to(torch.float64)
+        share = local / group.sum(local.reshape(1))[0].clamp(min=1.0)
+        (loss * share.to(loss.dtype)).backward()
+        group.sum_gradients(model.parameters())
     # --max_grad_norm <= 0: no clipping (an infinite bound still measures the norm)
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)

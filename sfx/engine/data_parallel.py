@@ -1,0 +1,51 @@
+"""Data-parallel learners: the learners of one policy on several ranks, one torch.distributed group.
+
+Each rank trains on its own minibatch; :class:`GradientGroup` is what ``learning_step`` needs to make
+the update the one a single learner would compute on all ranks' minibatches together:
+
+- ``sum(t)``: a tensor summed over ranks (valid-sample counts, advantage and normalizer moments);
+- ``any(flag)``: a non-finite minibatch on any rank is skipped on every rank (collectives stay in
+  step, nobody waits for a rank that skipped);
+- ``sum_gradients(params)``: every gradient summed over ranks in one flat all-reduce. Each rank
+  scales its loss by its share of the valid samples (local / global count), so the sum is the
+  gradient of the mean over all ranks' samples (every APPO loss term is such a mean).
+
+Every rank then clips and steps with identical gradients, so weights stay identical.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+
+class GradientGroup:
+    def __init__(self, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        out = t.detach().clone()
+        self.dist.all_reduce(out, op=self.dist.ReduceOp.SUM, group=self.group)
+        return out
+
+    def any(self, flag: bool) -> bool:
+        t = torch.tensor([1.0 if flag else 0.0])
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
+        return bool(t.item() > 0)
+
+    def sum_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
+        params = [p for p in params if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.dist.all_reduce(flat, op=self.dist.ReduceOp.SUM, group=self.group)
+        offset = 0
+        for p, g in zip(params, grads):
+            n = g.numel()
+            p.grad = flat[offset:offset + n].view_as(g).clone() if p.grad is None else p.grad.copy_(
+                flat[offset:offset + n].view_as(g))
+            offset += n

@@ -1,0 +1,41 @@
+"""A rank of the data-parallel learning-step test (module-level, so a spawned process can import it)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from sfx.engine.data_parallel import GradientGroup
+from sfx.engine.learner import NonFiniteBatch, learning_step, make_optimizer
+from tests.engine.test_learning_step import _batch, _setup
+
+
+def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: dict, n: int, T: int,
+              steps: int, nan_at: tuple[int, int] | None = None) -> None:
+    """``nan_at=(rank, step)``: that rank's rewards are NaN at that step; every rank records the steps it
+    skipped in ``skipped{rank}.txt``."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        cfg, model = _setup(out_dir, **overrides)
+        optimizer = make_optimizer(cfg, model)
+        group = GradientGroup()
+        per_rank = n // world
+        rows = slice(rank * per_rank, (rank + 1) * per_rank)
+        skipped: list[str] = []
+        for step in range(steps):
+            mb, valids = _batch(model, n, T, seed=step)
+            mine = {k: ({kk: vv[rows] for kk, vv in v.items()} if isinstance(v, dict) else v[rows])
+                    for k, v in mb.items()}
+            if nan_at == (rank, step):
+                mine["rewards"] = mine["rewards"].clone()
+                mine["rewards"][0, 0] = float("nan")
+            try:
+                learning_step(model, optimizer, mine, valids[rows], cfg, group=group)
+            except NonFiniteBatch as e:
+                skipped.append(f"{step} {e.where}")
+        with open(f"{out_dir}/skipped{rank}.txt", "w") as f:
+            f.write("\n".join(skipped))
+        torch.save(model.state_dict(), f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,50 @@
+"""Data-parallel learners (issue 15's gradient step): two ranks with different halves of a batch,
+each with its own valid samples, make the update one learner makes on the whole batch, and end with
+bitwise-equal weights. Real process groups: two spawned processes, gloo over a file rendezvous."""
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from sfx.engine.learner import learning_step, make_optimizer
+from tests.engine.data_parallel_ranks import rank_main
+from tests.engine.test_learning_step import _batch, _setup
+
+N, T, STEPS = 8, 8, 3
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(use_rnn=True, with_vtrace=True),
+    dict(use_rnn=False, with_vtrace=False, exploration_loss="entropy"),
+], ids=["gru_vtrace", "mlp_gae"])
+def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, overrides):
+    overrides = dict(overrides, rollout=T, recurrence=4, batch_size=N * T)
+    mp.spawn(rank_main, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), overrides, N, T, STEPS), nprocs=2,
+             join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+
+    cfg, model = _setup(str(tmp_path), **overrides)
+    assert cfg.normalize_returns  # the returns normalizer's statistics are reduced over ranks too
+    optimizer = make_optimizer(cfg, model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for step in range(STEPS):
+        mb, valids = _batch(model, N, T, seed=step)
+        halves = valids[: N // 2].sum(), valids[N // 2:].sum()
+        assert halves[0] != halves[1] or step > 0  # the ranks' shares of valid samples differ
+        learning_step(model, optimizer, mb, valids, cfg)
+
+    for name, value in model.state_dict().items():
+        assert torch.equal(ranks[0][name], ranks[1][name]), f"{name} differs between the ranks"
+        torch.testing.assert_close(ranks[0][name], value, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_non_finite_minibatch_on_one_rank_is_skipped_on_every_rank(tmp_path):
+    overrides = dict(use_rnn=False, rollout=T, recurrence=4, batch_size=N * T)
+    mp.spawn(rank_main, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), overrides, N, T, STEPS, (1, 1)),
+             nprocs=2, join=True)
+    skipped = [(tmp_path / f"skipped{r}.txt").read_text().splitlines() for r in range(2)]
+    assert skipped == [["1 value targets / advantages"]] * 2  # both ranks, the same step, nobody hung
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    for name in ranks[0]:
+        assert torch.equal(ranks[0][name], ranks[1][name]), f"{name} differs between the ranks"
