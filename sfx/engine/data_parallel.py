@@ -49,3 +49,22 @@ class GradientGroup:
             p.grad = flat[offset:offset + n].view_as(g).clone() if p.grad is None else p.grad.copy_(
                 flat[offset:offset + n].view_as(g))
             offset += n
+
+    def broadcast_state(self, module: torch.nn.Module, src: int = 0) -> None:
+        """Every rank takes rank ``src``'s parameters and buffers (at the start: identical weights
+        whatever each rank's seed or checkpoint)."""
+        tensors = [t for t in module.state_dict(keep_vars=True).values() if torch.is_tensor(t)]
+        with torch.no_grad():
+            for t in tensors:
+                data = t.data if isinstance(t, torch.nn.Parameter) else t
+                self.dist.broadcast(data, src=src, group=self.group)
+
+    def weights_match(self, module: torch.nn.Module) -> bool:
+        """Whether every rank holds the same weights: per-tensor float64 sums compared by an all-reduced
+        max and min (a cheap checksum: bitwise-equal weights give equal sums; any drift shows)."""
+        sums = torch.stack([t.detach().double().sum() for t in module.state_dict().values()
+                            if torch.is_tensor(t) and t.is_floating_point()])
+        high, low = sums.clone(), sums.clone()
+        self.dist.all_reduce(high, op=self.dist.ReduceOp.MAX, group=self.group)
+        self.dist.all_reduce(low, op=self.dist.ReduceOp.MIN, group=self.group)
+        return bool(torch.equal(high, low))

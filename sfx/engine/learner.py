@@ -167,7 +167,9 @@ class Learner(Component):
 
     def __init__(self, cfg: Any, policy_id: int, model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
-                 report_queue: Any, device: torch.device) -> None:
+                 report_queue: Any, device: torch.device, group: Any = None) -> None:
+        # group: a GradientGroup when this policy's learners run on several ranks (sfx.engine.data_parallel)
+        self.group = group
         # a copy: PBT changes this policy's hyperparameters, and in serial mode the learners of all
         # policies would otherwise share one cfg object
         self.cfg = copy.copy(cfg)
@@ -331,10 +333,15 @@ class Learner(Component):
 
         lag = (self.train_step - batch["policy_versions"]).float()
         valids = (lag <= cfg.max_policy_lag) & batch["active"]
-        if cfg.normalize_input and self.model.has_obs_normalizer and bool(valids.any()):
+        if cfg.normalize_input and self.model.has_obs_normalizer and (self.group is not None or bool(valids.any())):
             rows = {k: v[:, :T][valids] for k, v in batch["obs"].items()}
-            # one non-finite observation would poison the running statistics for good
-            if all(bool(torch.isfinite(v).all()) for v in rows.values() if v.is_floating_point()):
+            # one non-finite observation would poison the running statistics for good (with ranks: on every
+            # rank, and every rank takes part in the update or none does)
+            bad = not all(bool(torch.isfinite(v).all()) for v in rows.values() if v.is_floating_point())
+            if self.group is not None:
+                if not self.group.any(bad):
+                    self.model.update_obs_normalizer(rows, reduce=self.group.sum)
+            elif not bad:
                 self.model.update_obs_normalizer(rows)
 
         per_mb = trajectories_per_minibatch(cfg)
@@ -380,7 +387,7 @@ class Learner(Component):
     def _train_minibatch(self, mb: dict[str, torch.Tensor], valids: torch.Tensor) -> dict[str, float] | None:
         """``learning_step``, then publish the new weights; ``None`` when the minibatch was skipped."""
         try:
-            stats = learning_step(self.model, self.optimizer, mb, valids, self.cfg)
+            stats = learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group)
         except NonFiniteBatch as e:
             self._skip_not_finite(mb, e.where)
             return None

@@ -243,16 +243,17 @@ class ActorCritic(nn.Module):
         return out if self.dict_obs else out[BOX_KEY]
 
     @torch.no_grad()
-    def update_obs_normalizer(self, obs: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
+    def update_obs_normalizer(self, obs: torch.Tensor | Mapping[str, torch.Tensor], reduce=None) -> None:
         """Fold raw observations ``[..., *obs_shape]`` (per key for Dict spaces) into the input
-        statistics (no-op if disabled)."""
+        statistics (no-op if disabled). ``reduce``: a sum over data-parallel ranks (the statistics are
+        then all ranks' observations together; see ``RunningMeanStd.update``)."""
         for key, x in as_obs_dict(obs).items():
             norm = self._normalizer(key)
             if norm is None:
                 continue
             kind = self.obs_kinds.get(key)
             if kind == "normalized":
-                norm.update(x.float())
+                norm.update(x.float(), reduce=reduce)
             elif kind in ("scaled", "float"):
                 if key in self._hwc_keys:
                     x = x.movedim(-1, -3)
@@ -262,7 +263,7 @@ class ActorCritic(nn.Module):
                     # fraction of the cost (a 2048-frame doom batch is 57M values)
                     pick = torch.linspace(0, rows.shape[0] - 1, IMAGE_STATS_ROWS, device=rows.device).long()
                     rows = rows.index_select(0, pick)
-                norm.update(rows, scale=self.obs_scale if kind == "scaled" else 1.0)
+                norm.update(rows, scale=self.obs_scale if kind == "scaled" else 1.0, reduce=reduce)
 
     def normalize_values(self, v: torch.Tensor) -> torch.Tensor:
         """Returns in the reward scale -> the value head's scale (identity if disabled)."""

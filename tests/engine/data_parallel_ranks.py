@@ -39,3 +39,29 @@ def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: di
         torch.save(model.state_dict(), f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def rank_state(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """Different seeds per rank; broadcast makes them equal; a drift on one rank is seen by every rank;
+    the observation normalizer's update covers every rank's rows."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        torch.manual_seed(100 + rank)
+        cfg, model = _setup(out_dir, use_rnn=False, normalize_input=True)
+        torch.manual_seed(100 + rank)
+        for p in model.parameters():
+            torch.nn.init.normal_(p)
+        group = GradientGroup()
+        results = {"before": group.weights_match(model)}
+        group.broadcast_state(model)
+        results["after_broadcast"] = group.weights_match(model)
+        rows = torch.randn(10 + 7 * rank, *model.obs_space.shape, generator=torch.Generator().manual_seed(rank)) * 3 + rank
+        model.update_obs_normalizer({"obs": rows}, reduce=group.sum)
+        if rank == 1:
+            with torch.no_grad():
+                next(model.parameters()).view(-1)[0] += 1e-6
+        results["after_drift"] = group.weights_match(model)
+        torch.save({"results": results, "state": model.state_dict()}, f"{out_dir}/state{rank}.pt")
+    finally:
+        dist.destroy_process_group()

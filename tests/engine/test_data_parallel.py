@@ -48,3 +48,22 @@ def test_a_non_finite_minibatch_on_one_rank_is_skipped_on_every_rank(tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name in ranks[0]:
         assert torch.equal(ranks[0][name], ranks[1][name]), f"{name} differs between the ranks"
+
+
+def test_broadcast_checksum_and_observation_statistics_across_ranks(tmp_path):
+    from tests.engine.data_parallel_ranks import rank_state
+
+    mp.spawn(rank_state, args=(2, str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
+    out = [torch.load(tmp_path / f"state{r}.pt") for r in range(2)]
+    for r in range(2):
+        assert out[r]["results"] == {"before": False, "after_broadcast": True, "after_drift": False}
+    # the normalizer saw both ranks' rows: its statistics are those of the concatenation, on both ranks
+    cfg, model = _setup(str(tmp_path), use_rnn=False, normalize_input=True)
+    rows = [torch.randn(10 + 7 * r, *model.obs_space.shape, generator=torch.Generator().manual_seed(r)) * 3 + r
+            for r in range(2)]
+    model.update_obs_normalizer({"obs": torch.cat(rows)})
+    stats = {k: v for k, v in model.state_dict().items() if "normalizer" in k and ("mean" in k or "var" in k)}
+    assert stats, "no observation normalizer statistics in the model"
+    for name, value in stats.items():
+        for r in range(2):
+            torch.testing.assert_close(out[r]["state"][name], value, rtol=1e-9, atol=1e-9)
