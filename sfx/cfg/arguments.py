@@ -87,6 +87,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--heartbeat_timeout_sec", type=float, default=120.0,
                    help="a rollout or policy worker silent this long (hung env, deadlock) gets its stacks dumped into "
                         "sf_log.txt and is restarted")
+    g.add_argument("--distributed_timeout_sec", type=float, default=300.0,
+                   help="with several ranks (torchrun, srun): a collective of the learners that waits this long for "
+                        "another rank (dead or hung) fails, and the run stops with rank 0's last checkpoint")
     g.add_argument("--reset_timeout_seconds", type=float, default=120.0,
                    help="a rollout or policy worker that has not made and reset its envs (its first heartbeat) "
                         "this long after it started is restarted like a hung one (at least 3 x "

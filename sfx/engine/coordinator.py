@@ -24,13 +24,14 @@ from typing import Any
 
 import torch
 
+from sfx.engine.ranks import detect_ranks
 from sfx.engine.observers import ObserverContext, check_observers_available, create_observers, largest_batch_size
 from sfx.engine.reporting import TrainingReporter
 from sfx.engine.resources import check_cpus, ensure_open_file_limit
 from sfx.engine.runtime import (LockedQueueError, ProcessRuntime, SerialRuntime, _exit_hung_shutdown,  # noqa: F401
                                 give_back_slots)
 from sfx.engine.stats import format_duration
-from sfx.engine.supervision import Stop, StopRequest, Supervisor, TrainingStopRules
+from sfx.engine.supervision import RankAgreement, Stop, StopRequest, Supervisor, TrainingStopRules
 from sfx.engine.wiring import (EnvInfo, Wiring, build_component, probe_env, resolve_device,  # noqa: F401
                                learner_threads, wire)
 
@@ -56,6 +57,36 @@ def check_checkpoints_fit(cfg: Any, model: torch.nn.Module) -> None:
             detail = " ".join(line.strip() for line in str(e).splitlines()[1:3]) or str(e)
             raise ConfigError(f"the checkpoint in {checkpoint_dir(cfg, p)} does not fit the model the current flags "
                               f"build ({detail[:300]}); use the flags it was trained with or a new --experiment") from None
+
+
+def rank_cfg(cfg: Any, ranks: Any) -> Any:
+    """The cfg of one rank of a multi-rank training (``ranks``: :class:`~sfx.engine.ranks.RankInfo`).
+
+    Rank 0 keeps the experiment folder (cfg.json, checkpoints, TensorBoard, status.json, the done file);
+    rank r > 0 writes its own log, summaries and status into ``<experiment>/rank_<r>/`` and no checkpoint
+    (its learner takes rank 0's weights at the start). Every rank's envs get their own seeds. Several
+    policies, PBT and serial mode are not supported with several ranks yet: a ConfigError says so."""
+    import copy
+
+    from sfx.errors import ConfigError
+    from sfx.experiment import experiment_dir
+
+    unsupported = [f"--{name}={getattr(cfg, name)}" for name, bad in
+                   (("num_policies", cfg.num_policies != 1), ("with_pbt", cfg.with_pbt),
+                    ("serial_mode", cfg.serial_mode)) if bad]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)} with {ranks.world_size} ranks is not supported yet: "
+                          f"run one rank (no torchrun / srun tasks) or --num_policies=1 without PBT, asynchronous")
+    cfg = copy.copy(cfg)
+    if cfg.seed is not None:
+        cfg.seed = cfg.seed + RANK_SEED_STRIDE * ranks.rank
+    if not ranks.is_main:
+        cfg.train_dir, cfg.experiment = str(experiment_dir(cfg)), f"rank_{ranks.rank}"
+    return cfg
+
+
+# rank r's envs and workers are seeded with --seed + r * this (the model's start comes from rank 0)
+RANK_SEED_STRIDE = 1_000_003
 
 
 def run_loop(runtime: Any, parts: list, stop_timeout_sec: float = 30.0, forced=lambda: False) -> str:
@@ -133,7 +164,14 @@ def run_training(cfg: Any) -> dict:
     from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging
     from sfx.models import create_actor_critic
 
+    ranks = detect_ranks()
+    if ranks.is_distributed:
+        cfg = rank_cfg(cfg, ranks)
     setup_logging(cfg, "coordinator")
+    if ranks.is_distributed:
+        log.info("rank %d of %d (local rank %d of %d, launched by %s; rendezvous %s:%s)", ranks.rank,
+                 ranks.world_size, ranks.local_rank, ranks.local_world_size, ranks.launcher, ranks.master_addr,
+                 ranks.master_port)
     exp_dir = experiment_dir(cfg)
     device = resolve_device(cfg, warn=True)
     log.info("experiment %s, env %s, %s mode, device %s", exp_dir, cfg.env,
@@ -148,7 +186,8 @@ def run_training(cfg: Any) -> dict:
     check_cpus(cfg)
     ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
     # ConfigError when /dev/shm is too small
-    w = wire(cfg, env_info, model, serial=cfg.serial_mode, largest_batch_size=largest_batch_size(cfg))
+    w = wire(cfg, env_info, model, serial=cfg.serial_mode, largest_batch_size=largest_batch_size(cfg),
+             ranks=ranks if ranks.is_distributed else None)
     del model
     exp_dir.mkdir(parents=True, exist_ok=True)
     if done_path(cfg).exists():
@@ -162,8 +201,11 @@ def run_training(cfg: Any) -> dict:
                           rng=random.Random(None if cfg.seed is None else cfg.seed + 7919))
     observers = create_observers(cfg, ctx)
     with StopRequest() as stop_request:
+        rules = TrainingStopRules(cfg, reporter, stop_request)
+        if ranks.is_distributed:
+            rules = RankAgreement(cfg, w.learner_control, rules, stop_request)
         parts = [reporter, Supervisor(cfg, runtime, on_restart=reporter.restarted),
-                 ObserversPart(observers, reporter), TrainingStopRules(cfg, reporter, stop_request)]
+                 ObserversPart(observers, reporter), rules]
         try:
             status = run_loop(runtime, parts, forced=lambda: stop_request.forced)
         finally:

@@ -20,6 +20,29 @@ from typing import Any, Iterable
 import torch
 
 
+def join_group(ranks: Any, device: torch.device, timeout_sec: float) -> "GradientGroup":
+    """This rank's learner joins the learners of every rank (``ranks``: :class:`~sfx.engine.ranks.RankInfo`):
+    ``env://`` rendezvous at rank 0's address (torchrun's own store when torchrun launched us), NCCL on
+    a GPU, gloo on the CPU; a collective that waits longer than ``timeout_sec`` raises (a dead rank ends
+    the others instead of hanging them)."""
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    from sfx.engine.ranks import process_group_backend
+
+    os.environ.update({"RANK": str(ranks.rank), "WORLD_SIZE": str(ranks.world_size),
+                       "LOCAL_RANK": str(ranks.local_rank), "MASTER_ADDR": str(ranks.master_addr),
+                       "MASTER_PORT": str(ranks.master_port)})
+    backend = process_group_backend(device.type)
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method="env://", rank=ranks.rank, world_size=ranks.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_sec))
+    return GradientGroup()
+
+
 class GradientGroup:
     def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
@@ -68,3 +91,13 @@ class GradientGroup:
         self.dist.all_reduce(high, op=self.dist.ReduceOp.MAX, group=self.group)
         self.dist.all_reduce(low, op=self.dist.ReduceOp.MIN, group=self.group)
         return bool(torch.equal(high, low))
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """Rank ``src``'s ``obj`` on every rank (small things: counters, an optimizer's state)."""
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=src, group=self.group)
+        return box[0]
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()

@@ -27,9 +27,12 @@ from sfx.algo.distributions import make_action_distribution
 from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer, tree_map
 from sfx.engine.component import Component
 from sfx.engine.protocol import (CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, PBT_APPLIED, PBT_SNAPSHOT, PBT_UPDATE,
-                                 TRAIN, TRAJ)
+                                 RANKS_STOPPED, STOP_LEARNING, TRAIN, TRAJ)
 
 log = logging.getLogger(__name__)
+
+# with several ranks, the learners compare a checksum of their weights this often (iterations)
+WEIGHTS_CHECK_ITERATIONS = 50
 
 
 def trajectories_per_minibatch(cfg: Any) -> int:
@@ -167,9 +170,15 @@ class Learner(Component):
 
     def __init__(self, cfg: Any, policy_id: int, model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
-                 report_queue: Any, device: torch.device, group: Any = None) -> None:
-        # group: a GradientGroup when this policy's learners run on several ranks (sfx.engine.data_parallel)
+                 report_queue: Any, device: torch.device, group: Any = None, ranks: Any = None) -> None:
+        # group: a GradientGroup when this policy's learners run on several ranks (sfx.engine.data_parallel);
+        # ranks: this process's RankInfo (sfx.engine.ranks): with several ranks, start() joins the group
         self.group = group
+        self.ranks = ranks
+        self.is_main = ranks is None or ranks.is_main
+        self.stop_requested = False  # STOP_LEARNING received: vote to stop at the next iteration
+        self.ranks_stopped = False  # the ranks voted to stop: no more training (the coordinator stops us)
+        self.iterations = 0
         # a copy: PBT changes this policy's hyperparameters, and in serial mode the learners of all
         # policies would otherwise share one cfg object
         self.cfg = copy.copy(cfg)
@@ -192,10 +201,15 @@ class Learner(Component):
     # ---------------------------------------------------------------- state
 
     def start(self) -> None:
-        """Resume from the newest readable checkpoint, publish weights, announce readiness."""
+        """Resume from the newest readable checkpoint, publish weights, announce readiness. With several
+        ranks: join the learners' group; rank 0's weights, optimizer state and counters go to every rank."""
         from sfx.experiment import load_latest_checkpoint
 
-        ckpt = load_latest_checkpoint(self.cfg, self.policy_id, map_location=self.device)
+        if self.group is None and self.ranks is not None and self.ranks.is_distributed:
+            from sfx.engine.data_parallel import join_group
+
+            self.group = join_group(self.ranks, self.device, self.cfg.distributed_timeout_sec)
+        ckpt = load_latest_checkpoint(self.cfg, self.policy_id, map_location=self.device) if self.is_main else None
         if ckpt is not None:
             self.model.load_state_dict(ckpt["model"])
             self.optimizer.load_state_dict(ckpt["optimizer"])
@@ -206,6 +220,12 @@ class Learner(Component):
         for group in self.optimizer.param_groups:  # a resumed run may have changed --learning_rate
             group["lr"] = self.cfg.learning_rate
         self._apply_saved_policy_params()
+        if self.group is not None:
+            self.group.broadcast_state(self.model)
+            self.optimizer.load_state_dict(self.group.broadcast_object(self.optimizer.state_dict()))
+            self.train_step, self.env_steps = self.group.broadcast_object((self.train_step, self.env_steps))
+            if not self.group.weights_match(self.model):
+                raise RuntimeError("the ranks' weights differ right after the broadcast from rank 0")
         self.weights.publish(self.model, self.train_step)
         self.report_queue.put((LEARNER_READY, self.policy_id,
                                {"env_steps": self.env_steps, "train_step": self.train_step}))
@@ -216,6 +236,8 @@ class Learner(Component):
                 "policy_version": self.train_step, "cfg": dict(vars(self.cfg))}
 
     def save_checkpoint(self) -> None:
+        if not self.is_main:
+            return  # with several ranks, rank 0 owns the checkpoints (every rank holds the same weights)
         from sfx.experiment import save_checkpoint, save_milestone
 
         from sfx.experiment import checkpoint_dir, list_checkpoints
@@ -296,6 +318,8 @@ class Learner(Component):
     def finish(self) -> None:
         """The final checkpoint (after a stop, or after a crash: the last good weights)."""
         self.save_checkpoint()
+        if self.group is not None:
+            self.group.close()
 
     def maybe_save(self) -> None:
         if time.time() - self.last_save >= self.cfg.save_every_sec:
@@ -311,12 +335,29 @@ class Learner(Component):
                 self._pbt_snapshot(payload)
             elif kind == PBT_UPDATE:
                 self._pbt_update(payload)
+            elif kind == STOP_LEARNING:
+                self.stop_requested = True
             else:
                 raise ValueError(f"learner got unknown message {kind!r}")
         per_iter = trajectories_per_iteration(self.cfg)
-        while len(self.pending) >= per_iter:
+        while len(self.pending) >= per_iter and not self.ranks_stopped:
             batch_slots, self.pending = self.pending[:per_iter], self.pending[per_iter:]
+            if self.group is not None and self._ranks_vote_stop():
+                return
             self.train_iteration(batch_slots)
+
+    def _ranks_vote_stop(self) -> bool:
+        """With several ranks, before each iteration: does any rank's coordinator want to stop? Every
+        learner then stops at this same point (so no collective waits for a learner that left), checks
+        that the weights are still equal, and says so (``RANKS_STOPPED``); it trains no more and waits for
+        its coordinator's stop (then ``finish`` saves rank 0's final checkpoint)."""
+        stop = self.group.any(self.stop_requested)
+        if stop:
+            match = self.group.weights_match(self.model)
+            self.report_queue.put((RANKS_STOPPED, self.policy_id, {"env_steps": self.env_steps,
+                                                                    "weights_match": match}))
+            self.ranks_stopped = True
+        return stop
 
     def _gather(self, slots: list[int]) -> dict[str, torch.Tensor]:
         idx = torch.as_tensor(slots, dtype=torch.long)
@@ -329,7 +370,14 @@ class Learner(Component):
         t_start = time.time()
         batch = self._gather(slots)
         n, T = batch["rewards"].shape
-        self.env_steps += n * T * cfg.env_frameskip
+        steps = n * T * cfg.env_frameskip
+        # with several ranks every learner counts every rank's env steps (checkpoints hold the total)
+        self.env_steps += steps if self.group is None else int(self.group.sum(torch.tensor([float(steps)]))[0])
+        self.iterations += 1
+        if self.group is not None and self.iterations % WEIGHTS_CHECK_ITERATIONS == 0 \
+                and not self.group.weights_match(self.model):
+            raise RuntimeError(f"policy {self.policy_id}: the ranks' weights differ at train step {self.train_step} "
+                               f"(checked every {WEIGHTS_CHECK_ITERATIONS} iterations); stopping")
 
         lag = (self.train_step - batch["policy_versions"]).float()
         valids = (lag <= cfg.max_policy_lag) & batch["active"]

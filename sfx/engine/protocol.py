@@ -18,6 +18,8 @@ Control (separate queues, so a control message never waits behind data)::
     (PBT_SNAPSHOT, {"request": int, "path": str})         coordinator (PBT) -> learner_control[p]
     (PBT_UPDATE, {"params": dict, "load_path": str|None, "from_policy": int|None})
                                                           coordinator (PBT) -> learner_control[p]
+    (STOP_LEARNING, None)                                 coordinator -> learner_control[p], with several
+        ranks: stop at the next iteration every rank's learner agrees on (see RANKS_STOPPED)
 
 Reports (every component -> report_queue -> coordinator), all ``(kind, who, payload)``::
 
@@ -30,6 +32,7 @@ Reports (every component -> report_queue -> coordinator), all ``(kind, who, payl
     (PBT_APPLIED, policy, {"params", "from_policy"})      new hyperparameters (and weights) in use
     (ERROR, component_name, traceback_text)
     (STOPPED, component_name, {})                         the component's process is about to exit
+    (RANKS_STOPPED, policy, {"env_steps", "weights_match"})  with several ranks: the learners agreed to stop
 
 ``split_tag`` is ``generation * worker_num_splits + split``: a restarted rollout worker, or one
 asked to resend, starts a new generation, and answers to another generation's requests are
@@ -48,6 +51,7 @@ SHAPING = "shaping"
 RESEND = "resend"
 PBT_SNAPSHOT = "pbt_snapshot"
 PBT_UPDATE = "pbt_update"
+STOP_LEARNING = "stop_learning"
 
 # reports
 ROLLOUT = "rollout"
@@ -58,6 +62,7 @@ CHECKPOINT_FAILED = "checkpoint_failed"
 PBT_APPLIED = "pbt_applied"
 ERROR = "error"
 STOPPED = "stopped"
+RANKS_STOPPED = "ranks_stopped"
 
 # Columns of a policy request row (int64): where the agent's current obs and state are (slot, t);
 # where a just-truncated episode's bootstrap value goes (trunc slot, trunc t; -1 when none); and

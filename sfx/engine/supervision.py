@@ -11,8 +11,8 @@ import signal
 import time
 from typing import Any, NamedTuple
 
-from sfx.engine.protocol import ERROR
-from sfx.engine.runtime import LockedQueueError
+from sfx.engine.protocol import ERROR, RANKS_STOPPED, STOP_LEARNING
+from sfx.engine.runtime import LockedQueueError, put_or_raise
 from sfx.engine.stats import reward_target_reached
 
 log = logging.getLogger(__name__)
@@ -160,4 +160,59 @@ class TrainingStopRules:
         if reached:
             return Stop("done", f"policy {reached[0]}: average reward {reached[1]:.2f} over its last {cfg.stats_avg} "
                                 f"episodes reached --stop_at_reward={cfg.stop_at_reward:g}: done")
+        return None
+
+
+class RankAgreement:
+    """With several ranks, every rank's learner must stop at the same iteration (a learner that left
+    would leave the others waiting in a collective). So a stop rule that fires here (done, Ctrl+C) does
+    not stop this rank at once: it asks this rank's learner (``STOP_LEARNING``); before every iteration
+    the learners vote, all stop together, compare their weights and report ``RANKS_STOPPED``, and then
+    each rank stops. A rank whose rules never fire stops when the vote says another rank's did. If the
+    vote does not come within ``--distributed_timeout_sec`` (another rank dead or hung) this rank stops
+    anyway; a second Ctrl+C stops it at once."""
+
+    def __init__(self, cfg: Any, learner_control: tuple, rules: Any, stop_request: StopRequest) -> None:
+        self.cfg = cfg
+        self.learner_control = learner_control
+        self.rules = rules
+        self.stop_request = stop_request
+        self.wanted: Stop | None = None
+        self.asked_at = 0.0
+        self.agreed: dict | None = None
+
+    def started(self, start: float) -> None:
+        self.rules.started(start)
+
+    def handle(self, reports: list) -> None:
+        self.rules.handle(reports)
+        for kind, _, payload in reports:
+            if kind == RANKS_STOPPED:
+                self.agreed = payload
+
+    def check(self, now: float) -> Stop | None:
+        if self.agreed is not None:
+            if not self.agreed["weights_match"]:
+                return Stop("failed", "stopping: the ranks' weights differ at the end (a checksum over every "
+                                      "tensor); rank 0's checkpoint is kept", logging.ERROR)
+            status = self.wanted.status if self.wanted is not None else "done"
+            return Stop(status, f"every rank's learner agreed to stop at {self.agreed['env_steps']:,} env steps "
+                                f"(all ranks) with equal weights")
+        if self.wanted is None:
+            wanted = self.rules.check(now)
+            if wanted is None:
+                return None
+            self.wanted, self.asked_at = wanted, now
+            if wanted.message:
+                log.log(wanted.level, wanted.message)
+            log.info("asking the learners of every rank to stop at their next common iteration")
+            for q in self.learner_control:
+                put_or_raise(q, [(STOP_LEARNING, None)], "the learner's control queue")
+            return None
+        if self.stop_request.forced:
+            return Stop(self.wanted.status, "second Ctrl+C: stopping this rank without waiting for the others")
+        if now - self.asked_at > self.cfg.distributed_timeout_sec:
+            return Stop(self.wanted.status, f"the learners of the other ranks did not agree to stop within "
+                                            f"{self.cfg.distributed_timeout_sec:.0f} s (--distributed_timeout_sec): "
+                                            f"stopping this rank", logging.WARNING)
         return None

@@ -97,6 +97,7 @@ class Wiring:
     components: tuple[ComponentSpec, ...] = ()
     env_family: Any = None                 # registered again in each worker process
     make_env_fn: Any = None                # rollout workers' env factory; None = sfx.envs.make_env
+    ranks: Any = None                      # this rank's RankInfo (sfx.engine.ranks); None = a single rank
 
     def spec(self, role: str, index: int) -> ComponentSpec:
         for s in self.components:
@@ -181,7 +182,7 @@ def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnat
     from sfx.engine.learner import Learner
 
     return Learner(w.cfg, spec.policy, _seeded_model(w, spec.policy), w.traj[spec.policy], w.weights[spec.policy],
-                   w.free_slots[spec.policy], w.report_queue, device)
+                   w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks)
 
 
 def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
@@ -211,7 +212,8 @@ def rollout_worker_specs(w: Wiring) -> tuple[ComponentSpec, ...]:
 
 def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
          components: Callable[[Wiring], tuple[ComponentSpec, ...]] = training_components,
-         largest_batch_size: int | None = None, with_learners: bool = True, make_env_fn: Any = None) -> Wiring:
+         largest_batch_size: int | None = None, with_learners: bool = True, make_env_fn: Any = None,
+         ranks: Any = None) -> Wiring:
     """Allocate shared memory and queues and list the components that use them.
 
     ``components(w)`` lists the components (default: a training run's); ``largest_batch_size`` is the
@@ -266,7 +268,7 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                learner_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_policies)),
                rollout_inboxes=tuple(queue(INBOX_QUEUE_BYTES) for _ in range(cfg.num_workers)),
                rollout_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_workers)),
-               report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn)
+               report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks)
     w = dataclasses.replace(w, components=tuple(components(w)))
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w
