@@ -1,10 +1,15 @@
 """One training on two ranks (torchrun, real gloo process group on the CPU): each rank a whole sfx stack,
 the learners all-reducing gradients."""
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
 
 import pytest
 
@@ -49,3 +54,48 @@ def test_two_ranks_learn_cartpole_with_one_checkpoint_and_equal_weights(tmp_path
     ckpts = sorted((exp / "checkpoint_p0").glob("checkpoint_*.pth"))
     assert ckpts and ckpts[-1].name.endswith(f"_{steps.pop()}.pth")
     assert not (exp / "rank_1" / "checkpoint_p0").exists()  # rank 0 alone writes checkpoints
+
+
+def _ranks_cmd(tmp_path, steps):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "sfx.train",
+            "--env=gym_CartPole-v1", "--experiment=killed", f"--train_dir={tmp_path}", "--num_workers=1",
+            "--num_envs_per_worker=8", "--batch_size=512", "--use_rnn=False", "--hidden_size=64", "--device=cpu",
+            f"--train_for_env_steps={steps}", "--save_every_sec=3", "--report_every_sec=1",
+            "--distributed_timeout_sec=20"]
+
+
+def _checkpoint_steps(folder: Path) -> list[int]:
+    return sorted(int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("checkpoint_*.pth"))
+
+
+@pytest.mark.slow
+def test_kill_9_of_rank_1_ends_every_rank_and_the_same_command_resumes(tmp_path):
+    from tests.engine.test_training import shm_segments
+
+    before_shm = shm_segments()
+    launcher = subprocess.Popen(_ranks_cmd(tmp_path, 10**9), cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    ckpt_dir = tmp_path / "killed" / "checkpoint_p0"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(_checkpoint_steps(ckpt_dir)) < 2:
+        time.sleep(0.5)
+    assert len(_checkpoint_steps(ckpt_dir)) >= 2, "rank 0 wrote no periodic checkpoints"
+    tree = psutil.Process(launcher.pid).children(recursive=True)
+    rank1, = [p for p in psutil.Process(launcher.pid).children()
+              if "sfx.train" in " ".join(p.cmdline()) and p.environ().get("RANK") == "1"]
+    killed_at = time.time()
+    os.kill(rank1.pid, signal.SIGKILL)
+    out, _ = launcher.communicate(timeout=60)
+    assert time.time() - killed_at < 45, "the other rank did not end in bounded time"
+    assert launcher.returncode != 0, out[-2000:]
+    _, alive = psutil.wait_procs(tree, timeout=15)
+    assert not alive, f"processes left behind: {alive}"
+    assert shm_segments() - before_shm == set()
+    last = _checkpoint_steps(ckpt_dir)[-1]
+
+    # the same command (a nearer target) resumes both ranks from rank 0's last checkpoint
+    done = subprocess.run(_ranks_cmd(tmp_path, last + 20_000), cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    log = (tmp_path / "killed" / "sf_log.txt").read_text()
+    assert f"resumed at train step" in log and f"{last} env steps" in log
+    assert _checkpoint_steps(ckpt_dir)[-1] >= last + 20_000
