@@ -588,3 +588,23 @@ def test_bad_requests_fail_at_once_and_submit_nothing(slurm_cluster, tmp_path):
     assert f"GPUs per job (--slurm_gpus_per_job={max_gpus + 1}" in too_many_gpus.stderr
     assert squeue_ids() == before
     assert not list((tmp_path / "td").glob("failfast/.runner/*.json"))  # no experiment recorded as queued
+
+
+@pytest.mark.slow
+def test_one_training_as_two_srun_tasks_on_the_cluster(slurm_cluster, tmp_path):
+    """Issue 15's Slurm case: srun's tasks are the ranks (SLURM_PROCID / SLURM_STEP_ID ...; rendezvous at
+    the step's first host on a port from the job id); the run finishes with rank 0's checkpoint."""
+    cmd = ["srun", "--ntasks=2", "--cpus-per-task=1", "--time=5", sys.executable, "-m", "sfx.train",
+           "--env=gym_CartPole-v1", "--experiment=srun2", f"--train_dir={tmp_path}", "--num_workers=1",
+           "--num_envs_per_worker=8", "--train_for_env_steps=60000", "--device=cpu", "--hidden_size=64",
+           "--use_rnn=False", "--batch_size=512", "--distributed_timeout_sec=60"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    exp = tmp_path / "srun2"
+    logs = [(exp / "sf_log.txt").read_text(), (exp / "rank_1" / "sf_log.txt").read_text()]
+    for r, text in enumerate(logs):
+        assert f"rank {r} of 2 (local rank {r} of 2, launched by slurm" in text
+        assert "with equal weights" in text
+    assert list((exp / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert (exp / "done").read_text().startswith("env_steps=")
