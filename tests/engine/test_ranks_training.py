@@ -99,3 +99,22 @@ def test_kill_9_of_rank_1_ends_every_rank_and_the_same_command_resumes(tmp_path)
     log = (tmp_path / "killed" / "sf_log.txt").read_text()
     assert f"resumed at train step" in log and f"{last} env steps" in log
     assert _checkpoint_steps(ckpt_dir)[-1] >= last + 20_000
+
+
+@pytest.mark.slow
+def test_a_rank_started_with_other_flags_is_refused_by_name(tmp_path):
+    """Two ranks by hand (the env:// variables torchrun would set), rank 1 with another learning rate."""
+    port = 29000 + os.getpid() % 1000
+    procs = []
+    for rank, lr in ((0, "0.001"), (1, "0.002")):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", "--experiment=flags", f"--train_dir={tmp_path}",
+             "--num_workers=1", "--num_envs_per_worker=8", "--train_for_env_steps=30000", "--device=cpu",
+             "--hidden_size=64", "--use_rnn=False", f"--learning_rate={lr}", "--distributed_timeout_sec=20"],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [1, 1]  # both ranks end; neither hangs
+    text = (tmp_path / "flags" / "rank_1" / "sf_log.txt").read_text()
+    assert "rank 1 was started with other flags than rank 0: --learning_rate=0.002 (rank 0: 0.001)" in text
