@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -182,9 +183,16 @@ class _GpuSlots:
         self._next = (i + 1) % n
         return gpu
 
+    def acquire_many(self, n: int) -> str | None:
+        """``n`` GPUs (one per rank of a multi-rank experiment) as a CUDA_VISIBLE_DEVICES value."""
+        if n == 1 or not self.gpus:
+            return self.acquire()
+        return ",".join(self.acquire() for _ in range(n))
+
     def release(self, gpu: str | None) -> None:
         if gpu is not None:
-            self.load[gpu] -= 1
+            for g in gpu.split(","):
+                self.load[g] -= 1
 
 
 class _StopSignals:
@@ -235,6 +243,10 @@ class ProcessesBackend(Backend):
                        help="GPUs to spread the experiments over (CUDA_VISIBLE_DEVICES=<one GPU> per experiment); "
                             "-1 = all that nvidia-smi -L lists (or the runner's CUDA_VISIBLE_DEVICES), "
                             "0 = none: CUDA_VISIBLE_DEVICES is left as it is")
+        g.add_argument("--ranks_per_experiment", type=_positive_int, default=1,
+                       help="run each experiment as N ranks of one training (torchrun --standalone "
+                            "--nproc_per_node=N on this machine; with GPUs, N of them per experiment); the "
+                            "experiment's command must be 'python -m <module> ...'")
         g.add_argument("--stop_timeout_sec", type=_non_negative_float, default=60.0,
                        help="on Ctrl+C / SIGTERM: seconds the experiments get to save a final checkpoint and "
                             "exit before they are killed")
@@ -246,11 +258,17 @@ class ProcessesBackend(Backend):
         self.experiments_per_gpu: int = getattr(args, "experiments_per_gpu", 1)
         self.num_gpus: int = getattr(args, "num_gpus", -1)
         self.stop_timeout_sec: float = getattr(args, "stop_timeout_sec", 60.0)
+        self.ranks: int = getattr(args, "ranks_per_experiment", 1)
 
     def _capacity(self, gpus: list[str]) -> int:
         if gpus:
-            return min(self.max_parallel, len(gpus) * self.experiments_per_gpu)
+            return min(self.max_parallel, len(gpus) * self.experiments_per_gpu // self.ranks)
         return self.max_parallel
+
+    def _argv(self, spec: ExperimentSpec) -> list[str]:
+        """The command that runs the experiment: as written, or under torchrun with several ranks."""
+        argv = resolve_interpreter(spec.argv)
+        return ranks_argv(argv, self.ranks, spec.name) if self.ranks > 1 else argv
 
     def _plan_line(self, n: int, gpus: list[str]) -> str:
         capacity = self._capacity(gpus)
@@ -264,17 +282,24 @@ class ProcessesBackend(Backend):
 
     def dry_run(self, specs: list[ExperimentSpec], run: RunDescription) -> None:
         gpus = gpu_ids(self.num_gpus)
+        self._check_gpus_for_ranks(gpus)
         _say(f"dry run: {self._plan_line(len(specs), gpus)}")
         if gpus:
             _say("each experiment also gets CUDA_VISIBLE_DEVICES=<its GPU> when it starts")
         for spec in specs:
-            print(f"{spec.name}:\n    {format_command(spec, resolve_interpreter(spec.argv))}\n"
+            print(f"{spec.name}:\n    {format_command(spec, self._argv(spec))}\n"
                   f"    log: {log_path(spec)}", flush=True)
 
     # --- launch -------------------------------------------------------------------------------
 
+    def _check_gpus_for_ranks(self, gpus: list[str]) -> None:
+        if gpus and len(gpus) * self.experiments_per_gpu < self.ranks:
+            raise RunnerError(f"--ranks_per_experiment={self.ranks} needs {self.ranks} GPU slots per experiment; "
+                              f"there are {len(gpus)} GPU(s) x --experiments_per_gpu={self.experiments_per_gpu}")
+
     def launch(self, specs: list[ExperimentSpec], run: RunDescription) -> int:
         gpus = gpu_ids(self.num_gpus)
+        self._check_gpus_for_ranks(gpus)
         outcomes = _Outcomes()
         queue: deque[ExperimentSpec] = deque()
         for spec in specs:
@@ -306,7 +331,7 @@ class ProcessesBackend(Backend):
                     now = time.monotonic()
                     if queue and len(running) < self._capacity(gpus) and now - last_launch >= self.pause_between_sec:
                         spec = queue.popleft()
-                        gpu = slots.acquire()
+                        gpu = slots.acquire_many(self.ranks)
                         child = self._start(spec, gpu)
                         last_launch, changed = now, True
                         if child is None:
@@ -339,7 +364,7 @@ class ProcessesBackend(Backend):
             shown_env["CUDA_VISIBLE_DEVICES"] = gpu
         shown_env.update(spec.env_vars)  # the experiment's own values win, CUDA_VISIBLE_DEVICES included
         env.update(shown_env)
-        argv = resolve_interpreter(spec.argv)
+        argv = self._argv(spec)
         attempt = int((read_state(spec) or {}).get("attempts") or 0) + 1
         path = log_path(spec)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -439,6 +464,16 @@ class ProcessesBackend(Backend):
         if outcomes.failed or outcomes.interrupted:
             return 1
         return 0
+
+
+def ranks_argv(argv: list[str], ranks: int, name: str) -> list[str]:
+    """``python -m <module> args`` as ``python -m torch.distributed.run --standalone --nproc_per_node=N -m
+    <module> args``: torchrun on this machine, on a free port of its own (several multi-rank experiments
+    may run at once). RunnerError for any other form of command."""
+    if len(argv) < 3 or argv[1] != "-m":
+        raise RunnerError(f"--ranks_per_experiment={ranks}: the command of {name} must be 'python -m <module> ...' "
+                          f"(it is run through torchrun), not {shlex.join(argv)!r}")
+    return [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", *argv[2:]]
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

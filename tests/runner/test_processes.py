@@ -394,3 +394,50 @@ def test_resume_after_interrupt_continues_from_the_checkpoint(tmp_path):
     assert resumed and int(resumed.group(1)) == saved_steps, second_attempt[-2000:]
     final = json.loads((spec.exp_dir / "status.json").read_text())
     assert final["status"] == "done" and final["env_steps"] >= target
+
+
+def test_ranks_per_experiment_runs_torchrun_and_takes_that_many_gpus(tmp_path):
+    """Dry run: the command under torchrun; with (fake) GPUs each experiment gets two, one per rank."""
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("ranks", [
+            Experiment("cartpole", "{TINY_TRAIN}", ParamGrid([("seed", [1])])),
+        ])
+    """)
+    proc = runner([f"--run={run_file}", "--dry_run", "--ranks_per_experiment=2", "--num_gpus=0"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node=2 -m sfx.train "
+            f"--env=gym_CartPole-v1") in proc.stdout
+
+    # a command that is not 'python -m <module>' cannot go through torchrun: said before anything starts
+    run_file, env = _gpu_run(tmp_path, 2, sleep_sec=0)
+    proc = runner([f"--run={run_file}", "--ranks_per_experiment=2"], tmp_path, env=env)
+    assert proc.returncode != 0 and "must be 'python -m <module> ...'" in proc.stdout + proc.stderr
+    proc = runner([f"--run={run_file}", "--ranks_per_experiment=3", "--dry_run"], tmp_path, env=env)
+    assert proc.returncode != 0 and "--ranks_per_experiment=3 needs 3 GPU slots per experiment; there are 2 GPU(s)" \
+        in proc.stdout + proc.stderr
+
+
+def test_gpu_slots_hand_out_one_gpu_per_rank():
+    from sfx_runner.backends.processes import _GpuSlots
+
+    slots = _GpuSlots(["0", "1", "2", "3"], per_gpu=1)
+    first, second = slots.acquire_many(2), slots.acquire_many(2)
+    assert sorted((first + "," + second).split(",")) == ["0", "1", "2", "3"]
+    slots.release(first)
+    assert sorted(slots.acquire_many(2).split(",")) == sorted(first.split(","))
+
+
+@pytest.mark.slow
+def test_an_experiment_as_two_ranks_through_the_runner(tmp_path):
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("ranks", [
+            Experiment("cartpole", "python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_envs_per_worker=4 "
+                                   "--device=cpu --hidden_size=64 --use_rnn=False --train_for_env_steps=20000",
+                       ParamGrid([("seed", [1])])),
+        ])
+    """)
+    proc = runner([f"--run={run_file}", "--ranks_per_experiment=2", "--num_gpus=0"], tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    spec, = specs_of(run_file, tmp_path)
+    assert (spec.exp_dir / "done").is_file()
+    assert "rank 1 of 2" in (spec.exp_dir / "rank_1" / "sf_log.txt").read_text()
