@@ -239,3 +239,24 @@ def test_learning_bench_counts_only_full_windows_for_sfx():
     assert curve.full == [False, False, True, True]
     assert learning.first_crossing(curve, 40.0) == 3
     assert curve.frames[3] == 60_000 and curve.seconds[3] == 25.0
+
+
+@pytest.mark.slow
+def test_ranks_scaling_tiny_mode_trains_one_and_two_ranks_and_times_the_allreduce(tmp_path, capsys):
+    import json
+
+    from bench import ranks_scaling
+
+    rc = ranks_scaling.main(["--tiny", "--seconds=4", "--allreduce_steps=1", f"--out_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    summary = json.loads((tmp_path / "ranks_scaling.json").read_text())
+    one, two = summary["trainings"]
+    assert (one["ranks"], one["workers_per_rank"], two["ranks"], two["workers_per_rank"]) == (1, 2, 2, 1)
+    assert one["status"] == two["status"] == "done" and one["samples_per_sec"] > 0, out
+    assert len(two["rank_samples_per_sec"]) == 2 and all(x > 0 for x in two["rank_samples_per_sec"])
+    assert two["samples_per_sec"] == pytest.approx(sum(two["rank_samples_per_sec"]))
+    assert summary["speedup_2_ranks"] > 0 and "2 ranks / 1 rank: " in out
+    doom, cartpole = summary["allreduce"]
+    assert doom["env"] == "doom_basic" and cartpole["env"] == "gym_CartPole-v1"
+    assert doom["status"] == "done" and doom["floats"] > cartpole["floats"] > 0 and doom["ms_per_call"] > 0
