@@ -98,6 +98,19 @@ class GradientGroup:
         self.dist.broadcast_object_list(box, src=src, group=self.group)
         return box[0]
 
-    def close(self) -> None:
-        if self.dist.is_initialized():
-            self.dist.destroy_process_group()
+    def close(self, barrier_timeout_sec: float = 10.0) -> None:
+        """Leave the group. The ranks first wait for each other (at most ``barrier_timeout_sec``: a dead
+        rank must not hold the others): a rank that tore its group down while another still used it
+        made that one abort in gloo's threads ("terminate called without an active exception")."""
+        import datetime
+
+        if not self.dist.is_initialized():
+            return
+        try:
+            if self.dist.get_backend(self.group) == "gloo":
+                self.dist.monitored_barrier(self.group, timeout=datetime.timedelta(seconds=barrier_timeout_sec))
+            else:
+                self.dist.barrier(self.group)
+        except Exception:  # noqa: BLE001 - another rank is gone: leave anyway
+            pass
+        self.dist.destroy_process_group()

@@ -38,7 +38,7 @@ def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: di
             f.write("\n".join(skipped))
         torch.save(model.state_dict(), f"{out_dir}/rank{rank}.pt")
     finally:
-        dist.destroy_process_group()
+        GradientGroup().close()  # waits for the other rank before tearing the group down
 
 
 def rank_state(rank: int, world: int, init_file: str, out_dir: str) -> None:
@@ -64,4 +64,4 @@ def rank_state(rank: int, world: int, init_file: str, out_dir: str) -> None:
         results["after_drift"] = group.weights_match(model)
         torch.save({"results": results, "state": model.state_dict()}, f"{out_dir}/state{rank}.pt")
     finally:
-        dist.destroy_process_group()
+        GradientGroup().close()  # waits for the other rank before tearing the group down
