@@ -28,17 +28,13 @@ from sfx.engine.ranks import detect_ranks
 from sfx.engine.observers import ObserverContext, check_observers_available, create_observers, largest_batch_size
 from sfx.engine.reporting import TrainingReporter
 from sfx.engine.resources import check_cpus, ensure_open_file_limit
-from sfx.engine.runtime import (LockedQueueError, ProcessRuntime, SerialRuntime, _exit_hung_shutdown,  # noqa: F401
-                                give_back_slots)
+from sfx.engine.runtime import ProcessRuntime, SerialRuntime, _exit_hung_shutdown, give_back_slots  # noqa: F401
 from sfx.engine.stats import format_duration
 from sfx.engine.supervision import RankAgreement, Stop, StopRequest, Supervisor, TrainingStopRules
-from sfx.engine.wiring import (EnvInfo, Wiring, build_component, probe_env, resolve_device,  # noqa: F401
-                               learner_threads, wire)
+# build_component and give_back_slots: kept importable from here for tests and benches
+from sfx.engine.wiring import build_component, probe_env, resolve_device, wire  # noqa: F401
 
 log = logging.getLogger(__name__)
-
-# kept for callers of the former names
-_StopRequest = StopRequest
 
 
 def check_checkpoints_fit(cfg: Any, model: torch.nn.Module) -> None:
