@@ -117,10 +117,12 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
                            out.bootstrap_values, log_rhos, valids, params, reduce)
     bad = not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all()))
-    if bad or (group is not None and group.any(bad)):
+    # with ranks every rank joins the vote, bad or not: a rank that skipped it would pair its next
+    # collective with the others' vote
+    if group.any(bad) if group is not None else bad:
         raise NonFiniteBatch("value targets / advantages")
     with torch.no_grad():
-        if cfg.normalize_returns and getattr(model, "returns_normalizer", None) is not None:
+        if cfg.normalize_returns and model.returns_normalizer is not None:
             model.returns_normalizer.update(targets.returns[valids], reduce=reduce)
         returns_norm = model.normalize_values(targets.returns)
         old_values_norm = model.normalize_values(mb["values"])
@@ -133,7 +135,7 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         loss = weighted if loss is None else loss + weighted
 
     bad = not bool(torch.isfinite(loss))
-    if bad or (group is not None and group.any(bad)):
+    if group.any(bad) if group is not None else bad:
         raise NonFiniteBatch("loss")
     optimizer.zero_grad(set_to_none=True)
     if group is None:

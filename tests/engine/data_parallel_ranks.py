@@ -11,9 +11,9 @@ from tests.engine.test_learning_step import _batch, _setup
 
 
 def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: dict, n: int, T: int,
-              steps: int, nan_at: tuple[int, int] | None = None) -> None:
-    """``nan_at=(rank, step)``: that rank's rewards are NaN at that step; every rank records the steps it
-    skipped in ``skipped{rank}.txt``."""
+              steps: int, nan_at: tuple[int, int] | None = None, nan_key: str = "rewards") -> None:
+    """``nan_at=(rank, step)``: that rank's ``nan_key`` (rewards: the targets; log_probs with GAE: only the
+    loss) has a NaN row at that step; every rank records the steps it skipped in ``skipped{rank}.txt``."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
@@ -28,8 +28,8 @@ def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: di
             mine = {k: ({kk: vv[rows] for kk, vv in v.items()} if isinstance(v, dict) else v[rows])
                     for k, v in mb.items()}
             if nan_at == (rank, step):
-                mine["rewards"] = mine["rewards"].clone()
-                mine["rewards"][0, 0] = float("nan")
+                mine[nan_key] = mine[nan_key].clone()
+                mine[nan_key][0] = float("nan")
             try:
                 learning_step(model, optimizer, mine, valids[rows], cfg, group=group)
             except NonFiniteBatch as e:

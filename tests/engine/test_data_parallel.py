@@ -39,12 +39,17 @@ def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, o
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-def test_a_non_finite_minibatch_on_one_rank_is_skipped_on_every_rank(tmp_path):
-    overrides = dict(use_rnn=False, rollout=T, recurrence=4, batch_size=N * T)
-    mp.spawn(rank_main, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), overrides, N, T, STEPS, (1, 1)),
-             nprocs=2, join=True)
+@pytest.mark.parametrize("nan_key, with_vtrace, where", [
+    ("rewards", True, "value targets / advantages"),
+    # with GAE a NaN behaviour log-prob leaves the targets finite and makes only that rank's loss NaN
+    ("log_probs", False, "loss"),
+], ids=["targets", "loss_on_one_rank_only"])
+def test_a_non_finite_minibatch_on_one_rank_is_skipped_on_every_rank(tmp_path, nan_key, with_vtrace, where):
+    overrides = dict(use_rnn=False, rollout=T, recurrence=4, batch_size=N * T, with_vtrace=with_vtrace)
+    mp.spawn(rank_main, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), overrides, N, T, STEPS, (1, 1),
+                              nan_key), nprocs=2, join=True)
     skipped = [(tmp_path / f"skipped{r}.txt").read_text().splitlines() for r in range(2)]
-    assert skipped == [["1 value targets / advantages"]] * 2  # both ranks, the same step, nobody hung
+    assert skipped == [[f"1 {where}"]] * 2  # both ranks, the same step, nobody hung
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name in ranks[0]:
         assert torch.equal(ranks[0][name], ranks[1][name]), f"{name} differs between the ranks"
