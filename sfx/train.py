@@ -13,7 +13,10 @@ import sfx.pbt  # noqa: F401 - registers population-based training as a coordina
 from sfx.cfg import ConfigError, parse_args
 from sfx.engine import run_training
 
-EXIT_CODES = {"done": 0, "failed": 1, "interrupted": 130}
+# 75 (EX_TEMPFAIL): another rank of a multi-rank training died, hung or was killed; this rank stopped with
+# rank 0's last checkpoint kept. Starting the same command again (every rank) resumes: the runner's
+# torchrun restarts and Slurm requeues do that.
+EXIT_CODES = {"done": 0, "failed": 1, "interrupted": 130, "rank_lost": 75}
 
 
 def requested_algo(argv: list[str]) -> str | None:

@@ -25,7 +25,9 @@ from sfx_runner.state import (
 
 COLUMNS = ("experiment", "state", "env_steps", "reward", "fps", "updated", "folder")
 
-_TRAINER_STATES = {"done": "finished", "running": "running", "interrupted": "interrupted", "failed": "failed"}
+# "rank_lost": a multi-rank training that lost a rank and stopped to be started again (resumable)
+_TRAINER_STATES = {"done": "finished", "running": "running", "interrupted": "interrupted", "failed": "failed",
+                   "rank_lost": "interrupted"}
 
 
 def _number(value: Any) -> float | None:

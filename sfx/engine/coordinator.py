@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from sfx.engine.ranks import detect_ranks
+from sfx.engine.rendezvous import meet_ranks
 from sfx.engine.observers import ObserverContext, check_observers_available, create_observers, largest_batch_size
 from sfx.engine.reporting import TrainingReporter
 from sfx.engine.resources import check_cpus, ensure_open_file_limit
@@ -157,6 +158,7 @@ def run_training(cfg: Any) -> dict:
     policy). ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
     (samples x ``--env_frameskip``), both over the whole session.
     """
+    from sfx.errors import ConfigError
     from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging
     from sfx.models import create_actor_critic
 
@@ -173,17 +175,26 @@ def run_training(cfg: Any) -> dict:
     log.info("experiment %s, env %s, %s mode, device %s", exp_dir, cfg.env,
              "serial" if cfg.serial_mode else "asynchronous", device)
 
+    # with several ranks: all meet (same flags, every rank present) before anything starts
+    meeting = meet_ranks(cfg, ranks) if ranks.is_distributed else None
     # everything that can reject the cfg runs before cfg.json is written: a typo must not be
     # saved into the experiment and come back on the next resume
-    check_observers_available(cfg)
-    env_info = probe_env(cfg)
-    model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
-    check_checkpoints_fit(cfg, model)
-    check_cpus(cfg)
-    ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
-    # ConfigError when /dev/shm is too small
-    w = wire(cfg, env_info, model, serial=cfg.serial_mode, largest_batch_size=largest_batch_size(cfg),
-             ranks=ranks if ranks.is_distributed else None)
+    try:
+        check_observers_available(cfg)
+        env_info = probe_env(cfg)
+        model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
+        check_checkpoints_fit(cfg, model)
+        check_cpus(cfg)
+        ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
+        # ConfigError when /dev/shm is too small
+        w = wire(cfg, env_info, model, serial=cfg.serial_mode, largest_batch_size=largest_batch_size(cfg),
+                 ranks=ranks if ranks.is_distributed else None)
+    except ConfigError as e:
+        if meeting is not None:
+            meeting.agree("checks", str(e))  # the other ranks end now, naming this rank
+        raise
+    if meeting is not None:
+        meeting.agree("checks")  # a ConfigError when another rank's checks failed (the buffers go with w)
     del model
     exp_dir.mkdir(parents=True, exist_ok=True)
     if done_path(cfg).exists():
@@ -191,7 +202,7 @@ def run_training(cfg: Any) -> dict:
     save_cfg(cfg)
     runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
 
-    reporter = TrainingReporter(cfg, runtime.pids)
+    reporter = TrainingReporter(cfg, runtime.pids, world_size=ranks.world_size)
     ctx = ObserverContext(env_info=env_info, learner_control=w.learner_control, rollout_control=w.rollout_control,
                           summary=reporter.summary,
                           rng=random.Random(None if cfg.seed is None else cfg.seed + 7919))
@@ -199,13 +210,16 @@ def run_training(cfg: Any) -> dict:
     with StopRequest() as stop_request:
         rules = TrainingStopRules(cfg, reporter, stop_request)
         if ranks.is_distributed:
-            rules = RankAgreement(cfg, w.learner_control, rules, stop_request)
+            rules = RankAgreement(cfg, w.learner_control, rules, stop_request,
+                                  learners_ready=lambda: reporter.all_learners_ready)
         parts = [reporter, Supervisor(cfg, runtime, on_restart=reporter.restarted),
                  ObserversPart(observers, reporter), rules]
         try:
             status = run_loop(runtime, parts, forced=lambda: stop_request.forced)
         finally:
             reporter.close()
+            if meeting is not None:
+                meeting.close()  # rank 0's store (when it serves it) lives until here: its learner is done
 
     result = reporter.result(status)
     reporter.write_status(status, time.time())
@@ -215,7 +229,9 @@ def run_training(cfg: Any) -> dict:
         except OSError as e:
             log.error("training finished but %s could not be written (%s): the same command will resume and "
                       "finish at once", done_path(cfg), e.strerror or e)
-    log.info("training %s after %s: %s env steps, %.0f samples/s (%.0f FPS), reward %s", status,
+    every_rank = (f", all {ranks.world_size} ranks {result['fps_all_ranks']:.0f} FPS" if "fps_all_ranks" in result
+                  else "")
+    log.info("training %s after %s: %s env steps, %.0f samples/s (%.0f FPS)%s, reward %s", status,
              format_duration(result["elapsed_sec"]), f"{result['env_steps']:,}", result["samples_per_sec"],
-             result["fps"], ", ".join(f"{r:.2f}" for r in result["reward"]))
+             result["fps"], every_rank, ", ".join(f"{r:.2f}" for r in result["reward"]))
     return result

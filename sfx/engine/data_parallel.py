@@ -15,30 +15,44 @@ Every rank then clips and steps with identical gradients, so weights stay identi
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any, Iterable
 
 import torch
 
+log = logging.getLogger(__name__)
+
+
+class RankLost(RuntimeError):
+    """A collective with the other ranks failed: one of them died, hung past the collective timeout or
+    was killed. The training must end on every rank and be started again (it resumes from rank 0's
+    checkpoint): ``python -m sfx.train`` exits with its "resume me" code then."""
+
 
 def join_group(ranks: Any, device: torch.device, timeout_sec: float) -> "GradientGroup":
-    """This rank's learner joins the learners of every rank (``ranks``: :class:`~sfx.engine.ranks.RankInfo`):
-    ``env://`` rendezvous at rank 0's address (torchrun's own store when torchrun launched us), NCCL on
-    a GPU, gloo on the CPU; a collective that waits longer than ``timeout_sec`` raises (a dead rank ends
-    the others instead of hanging them)."""
+    """This rank's learner joins the learners of every rank (``ranks``: :class:`~sfx.engine.ranks.RankInfo`)
+    through the training's store (:func:`sfx.engine.rendezvous.connect_store`: torchrun's, or the one rank
+    0's coordinator serves), NCCL on a GPU, gloo on the CPU; a collective that waits longer than
+    ``timeout_sec`` raises (a dead rank ends the others instead of hanging them)."""
     import datetime
-    import os
 
     import torch.distributed as dist
 
     from sfx.engine.ranks import process_group_backend
+    from sfx.engine.rendezvous import connect_store, gloo_interface
 
-    os.environ.update({"RANK": str(ranks.rank), "WORLD_SIZE": str(ranks.world_size),
-                       "LOCAL_RANK": str(ranks.local_rank), "MASTER_ADDR": str(ranks.master_addr),
-                       "MASTER_PORT": str(ranks.master_port)})
     backend = process_group_backend(device.type)
     if backend == "nccl":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method="env://", rank=ranks.rank, world_size=ranks.world_size,
+    else:
+        interface = gloo_interface(str(ranks.master_addr))
+        if interface is not None:
+            log.info("this host's name resolves to a loopback address: gloo meets the other ranks on %s "
+                     "(GLOO_SOCKET_IFNAME=%s; set it yourself to choose another)", interface, interface)
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+    store = connect_store(ranks, timeout_sec, "learners")
+    dist.init_process_group(backend, store=store, rank=ranks.rank, world_size=ranks.world_size,
                             timeout=datetime.timedelta(seconds=timeout_sec))
     return GradientGroup()
 
@@ -51,21 +65,27 @@ class GradientGroup:
         self.group = group
         self.world_size = dist.get_world_size(group)
 
+    def _all_reduce(self, t: torch.Tensor, op: Any) -> None:
+        try:
+            self.dist.all_reduce(t, op=op, group=self.group)
+        except RuntimeError as e:
+            raise _lost(e) from e
+
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         out = t.detach().clone()
-        self.dist.all_reduce(out, op=self.dist.ReduceOp.SUM, group=self.group)
+        self._all_reduce(out, self.dist.ReduceOp.SUM)
         return out
 
     def any(self, flag: bool) -> bool:
         t = torch.tensor([1.0 if flag else 0.0])
-        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
+        self._all_reduce(t, self.dist.ReduceOp.MAX)
         return bool(t.item() > 0)
 
     def sum_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
         params = [p for p in params if p.requires_grad]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
-        self.dist.all_reduce(flat, op=self.dist.ReduceOp.SUM, group=self.group)
+        self._all_reduce(flat, self.dist.ReduceOp.SUM)
         offset = 0
         for p, g in zip(params, grads):
             n = g.numel()
@@ -80,7 +100,10 @@ class GradientGroup:
         with torch.no_grad():
             for t in tensors:
                 data = t.data if isinstance(t, torch.nn.Parameter) else t
-                self.dist.broadcast(data, src=src, group=self.group)
+                try:
+                    self.dist.broadcast(data, src=src, group=self.group)
+                except RuntimeError as e:
+                    raise _lost(e) from e
 
     def weights_match(self, module: torch.nn.Module) -> bool:
         """Whether every rank holds the same weights: per-tensor float64 sums compared by an all-reduced
@@ -88,14 +111,17 @@ class GradientGroup:
         sums = torch.stack([t.detach().double().sum() for t in module.state_dict().values()
                             if torch.is_tensor(t) and t.is_floating_point()])
         high, low = sums.clone(), sums.clone()
-        self.dist.all_reduce(high, op=self.dist.ReduceOp.MAX, group=self.group)
-        self.dist.all_reduce(low, op=self.dist.ReduceOp.MIN, group=self.group)
+        self._all_reduce(high, self.dist.ReduceOp.MAX)
+        self._all_reduce(low, self.dist.ReduceOp.MIN)
         return bool(torch.equal(high, low))
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """Rank ``src``'s ``obj`` on every rank (small things: counters, an optimizer's state)."""
         box = [obj]
-        self.dist.broadcast_object_list(box, src=src, group=self.group)
+        try:
+            self.dist.broadcast_object_list(box, src=src, group=self.group)
+        except RuntimeError as e:
+            raise _lost(e) from e
         return box[0]
 
     def close(self, barrier_timeout_sec: float = 10.0) -> None:
@@ -114,3 +140,8 @@ class GradientGroup:
         except Exception:  # noqa: BLE001 - another rank is gone: leave anyway
             pass
         self.dist.destroy_process_group()
+
+
+def _lost(e: BaseException) -> RankLost:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return RankLost(f"a collective with the other ranks failed: another rank died, hung or was killed ({first[:300]})")

@@ -31,8 +31,6 @@ from sfx.engine.protocol import (CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, P
 
 log = logging.getLogger(__name__)
 
-# cfg fields a rank may have of its own (its folder and seeds); every other flag must equal rank 0's
-RANK_OWN_FIELDS = ("train_dir", "experiment", "seed", "command_line", "explicit_args")
 # with several ranks, the learners compare a checksum of their weights this often (iterations)
 WEIGHTS_CHECK_ITERATIONS = 50
 
@@ -225,7 +223,6 @@ class Learner(Component):
             group["lr"] = self.cfg.learning_rate
         self._apply_saved_policy_params()
         if self.group is not None:
-            self._check_same_flags()
             self.group.broadcast_state(self.model)
             self.optimizer.load_state_dict(self.group.broadcast_object(self.optimizer.state_dict()))
             self.train_step, self.env_steps = self.group.broadcast_object((self.train_step, self.env_steps))
@@ -350,16 +347,6 @@ class Learner(Component):
             if self.group is not None and self._ranks_vote_stop():
                 return
             self.train_iteration(batch_slots)
-
-    def _check_same_flags(self) -> None:
-        """Every rank must train with rank 0's flags (but its own folder and seed): else a clear error."""
-        mine = {k: v for k, v in vars(self.cfg).items() if k not in RANK_OWN_FIELDS}
-        theirs = self.group.broadcast_object(mine)
-        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        if differ:
-            shown = ", ".join(f"--{k}={mine.get(k)!r} (rank 0: {theirs.get(k)!r})" for k in differ[:5])
-            raise RuntimeError(f"rank {self.ranks.rank} was started with other flags than rank 0: {shown}; start "
-                               f"every rank with the same command line")
 
     def _ranks_vote_stop(self) -> bool:
         """With several ranks, before each iteration: does any rank's coordinator want to stop? Every

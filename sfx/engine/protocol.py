@@ -33,6 +33,8 @@ Reports (every component -> report_queue -> coordinator), all ``(kind, who, payl
     (ERROR, component_name, traceback_text)
     (STOPPED, component_name, {})                         the component's process is about to exit
     (RANKS_STOPPED, policy, {"env_steps", "weights_match"})  with several ranks: the learners agreed to stop
+    (RANK_LOST, component_name, message)                  with several ranks: a collective failed (another
+                                                          rank died, hung or was killed); sent before ERROR
 
 ``split_tag`` is ``generation * worker_num_splits + split``: a restarted rollout worker, or one
 asked to resend, starts a new generation, and answers to another generation's requests are
@@ -63,6 +65,7 @@ PBT_APPLIED = "pbt_applied"
 ERROR = "error"
 STOPPED = "stopped"
 RANKS_STOPPED = "ranks_stopped"
+RANK_LOST = "rank_lost"
 
 # Columns of a policy request row (int64): where the agent's current obs and state are (slot, t);
 # where a just-truncated episode's bootstrap value goes (trunc slot, trunc t; -1 when none); and

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class TrainingReporter:
     """Per-policy statistics and meters of a training, and everything that shows them."""
 
-    def __init__(self, cfg: Any, pids: Callable[[], dict[str, int]]) -> None:
+    def __init__(self, cfg: Any, pids: Callable[[], dict[str, int]], world_size: int = 1) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         from sfx.experiment import summary_dir
@@ -34,6 +34,9 @@ class TrainingReporter:
         self.policies = [PolicyStats(cfg.stats_avg) for _ in range(cfg.num_policies)]
         self.fps = ThroughputMeter()
         self.samples = ThroughputMeter()
+        # with several ranks: every rank's frames together, from the learners' env step count (all ranks')
+        self.world_size = world_size
+        self.all_ranks_fps = ThroughputMeter() if world_size > 1 else None
         self.learners_ready: set[int] = set()
         # run-wide counts, in TensorBoard
         self.counters = {"env_errors": 0, "checkpoint_failures": 0, "component_restarts": 0}
@@ -48,6 +51,8 @@ class TrainingReporter:
         self.start = self.last_report = self.last_summary = start
         self.fps.mark_start()
         self.samples.mark_start()
+        if self.all_ranks_fps is not None:
+            self.all_ranks_fps.mark_start()
         self.write_status("running", time.time())
 
     def handle(self, reports: list) -> None:
@@ -59,6 +64,9 @@ class TrainingReporter:
                     self.policies[ep["policy"]].add_episode(ep)
             elif kind == TRAIN:
                 self.samples.add(payload["samples"])
+                if self.all_ranks_fps is not None:
+                    before = self.policies[who].env_steps
+                    self.all_ranks_fps.add(max(0, payload["env_steps"] - before) * self.cfg.env_frameskip)
                 self.policies[who].add_train(payload)
             elif kind == LEARNER_READY:
                 self.learners_ready.add(who)
@@ -74,7 +82,9 @@ class TrainingReporter:
         if now - self.last_report >= cfg.report_every_sec:
             self.last_report = now
             log.info(status_line(self.policies, self.fps.rates(now), self.samples.rate(60, now), self.env_steps(),
-                                 cfg.train_for_env_steps, now - self.start, cfg.train_for_seconds))
+                                 cfg.train_for_env_steps, now - self.start, cfg.train_for_seconds,
+                                 self.all_ranks_fps.rates(now) if self.all_ranks_fps is not None else None,
+                                 self.world_size))
             self.write_status("running", now)
         if now - self.last_summary >= cfg.experiment_summaries_interval:
             self.last_summary = now
@@ -100,12 +110,15 @@ class TrainingReporter:
         from sfx.experiment import write_status
 
         rewards = [s.mean("reward") for s in self.policies]
+        throughput = {"fps": self.fps.rate(60, now)}
+        if self.all_ranks_fps is not None:  # several ranks: fps is the training's (every rank's), as env_steps is
+            throughput = {"fps": self.all_ranks_fps.rate(60, now), "fps_this_rank": throughput["fps"],
+                          "world_size": self.world_size}
         try:
             write_status(self.cfg, status=state, env_steps=self.env_steps(),
                          train_for_env_steps=self.cfg.train_for_env_steps,
-                         reward=[None if r != r else r for r in rewards], fps=self.fps.rate(60, now),
-                         elapsed_sec=now - self.start, restarts=self.counters["component_restarts"],
-                         components=self.pids())
+                         reward=[None if r != r else r for r in rewards], elapsed_sec=now - self.start,
+                         restarts=self.counters["component_restarts"], components=self.pids(), **throughput)
         except OSError as e:  # a full disk must not stop training; the checkpoints say the same louder
             log.warning("could not write %s: %s", "status.json", e.strerror or e)
 
@@ -122,6 +135,8 @@ class TrainingReporter:
                 hook(p, s.env_steps)
             scalars = s.pop_summaries()
             scalars["fps"] = self.fps.rate(60)
+            if self.all_ranks_fps is not None:
+                scalars["fps_all_ranks"] = self.all_ranks_fps.rate(60)
             scalars["samples_per_sec"] = self.samples.rate(60)
             for name, count in self.counters.items():
                 scalars[name] = float(count)
@@ -146,4 +161,7 @@ class TrainingReporter:
                 "fps": self.fps.total / elapsed if elapsed > 0 else 0.0,
                 "reward": [s.mean("reward") for s in self.policies],
                 "train_step": [s.train_step for s in self.policies],
-                "train_stats": [dict(s.train) for s in self.policies]}
+                "train_stats": [dict(s.train) for s in self.policies],
+                # several ranks: every rank's frames this session (samples_per_sec and fps are this rank's)
+                **({"fps_all_ranks": self.all_ranks_fps.total / elapsed if elapsed > 0 else 0.0}
+                   if self.all_ranks_fps is not None else {})}

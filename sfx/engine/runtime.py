@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from sfx.engine.protocol import ERROR, RESEND, STOPPED
+from sfx.engine.data_parallel import RankLost
+from sfx.engine.protocol import ERROR, RANK_LOST, RESEND, STOPPED
 from sfx.engine.queues import QueuePump, drain
 from sfx.engine.wiring import ComponentSpec, Wiring
 
@@ -148,8 +149,10 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
             component.tick()
             if component.stopped:
                 break
-    except Exception:
+    except Exception as e:
         log.error("%s crashed:\n%s", name, traceback.format_exc())
+        if isinstance(e, RankLost):
+            w.report_queue.put((RANK_LOST, name, str(e)))
         w.report_queue.put((ERROR, name, traceback.format_exc()))
     finally:
         if reader is not None:

@@ -137,10 +137,16 @@ def reward_target_reached(policy_stats: list[PolicyStats], target: float | None,
 
 
 def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_sec: float,
-                env_steps: int, target_steps: int, elapsed: float, time_limit: float) -> str:
-    """One console line: throughput, progress, reward, lag, ETA."""
+                env_steps: int, target_steps: int, elapsed: float, time_limit: float,
+                all_ranks_fps: list[float] | None = None, world_size: int = 1) -> str:
+    """One console line: throughput, progress, reward, lag, ETA. With several ranks ``fps`` is this rank's
+    and ``all_ranks_fps`` every rank's together (``env_steps`` counts every rank's; the ETA uses their rate)."""
     fps_txt = "/".join(f"{f:,.0f}" for f in fps)
     parts = [f"FPS (10s/60s/300s) {fps_txt}", f"samples/s {samples_per_sec:,.0f}"]
+    if all_ranks_fps is not None:
+        parts[0] = f"FPS (10s/60s/300s) this rank {fps_txt}, all {world_size} ranks " + \
+            "/".join(f"{f:,.0f}" for f in all_ranks_fps)
+        fps = all_ranks_fps
     pct = 100.0 * env_steps / target_steps if target_steps > 0 else 0.0
     parts.append(f"env steps {env_steps:,} ({pct:.1f}%)")
     for p, s in enumerate(policy_stats):

@@ -11,7 +11,7 @@ import signal
 import time
 from typing import Any, NamedTuple
 
-from sfx.engine.protocol import ERROR, RANKS_STOPPED, STOP_LEARNING
+from sfx.engine.protocol import ERROR, RANK_LOST, RANKS_STOPPED, STOP_LEARNING
 from sfx.engine.runtime import LockedQueueError, put_or_raise
 from sfx.engine.stats import reward_target_reached
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class Stop(NamedTuple):
-    status: str              # "done" | "interrupted" | "failed"
+    status: str              # "done" | "interrupted" | "failed" | "rank_lost" (another rank is gone: start again)
     message: str | None = None
     level: int = logging.INFO
 
@@ -36,15 +36,18 @@ class Supervisor:
         self.runtime = runtime
         self.on_restart = on_restart or (lambda: None)
         self.errors: list[str] = []
+        self.rank_lost: str | None = None
         self.last_restart: dict[str, float] = {}
 
     def started(self, start: float) -> None:
         pass
 
     def handle(self, reports: list) -> None:
-        for kind, who, _ in reports:
+        for kind, who, payload in reports:
             if kind == ERROR:
                 self.errors.append(who)
+            elif kind == RANK_LOST:
+                self.rank_lost = f"{who}: {payload}"
 
     def _restartable(self, name: str) -> bool:
         spec = self.runtime.specs.get(name)
@@ -52,6 +55,9 @@ class Supervisor:
 
     def check(self, now: float) -> Stop | None:
         fatal = [n for n in self.errors if not self._restartable(n)]
+        if fatal and self.rank_lost:
+            return Stop("rank_lost", f"stopping: {self.rank_lost}. Rank 0's last checkpoint is kept: start the "
+                                     f"training again (every rank resumes from it)", logging.ERROR)
         if fatal:
             return self._failed(f"stopping: {', '.join(fatal)} crashed (see the log above); its last checkpoint is "
                                 f"kept and the same command resumes")
@@ -163,6 +169,10 @@ class TrainingStopRules:
         return None
 
 
+# beyond --distributed_timeout_sec, how long a rank waits for its learner to join the others' group
+JOIN_GRACE_SEC = 60.0
+
+
 class RankAgreement:
     """With several ranks, every rank's learner must stop at the same iteration (a learner that left
     would leave the others waiting in a collective). So a stop rule that fires here (done, Ctrl+C) does
@@ -172,16 +182,20 @@ class RankAgreement:
     vote does not come within ``--distributed_timeout_sec`` (another rank dead or hung) this rank stops
     anyway; a second Ctrl+C stops it at once."""
 
-    def __init__(self, cfg: Any, learner_control: tuple, rules: Any, stop_request: StopRequest) -> None:
+    def __init__(self, cfg: Any, learner_control: tuple, rules: Any, stop_request: StopRequest,
+                 learners_ready: Any = lambda: True) -> None:
         self.cfg = cfg
         self.learner_control = learner_control
         self.rules = rules
         self.stop_request = stop_request
+        self.learners_ready = learners_ready
         self.wanted: Stop | None = None
         self.asked_at = 0.0
         self.agreed: dict | None = None
+        self.start = time.time()
 
     def started(self, start: float) -> None:
+        self.start = start
         self.rules.started(start)
 
     def handle(self, reports: list) -> None:
@@ -198,6 +212,13 @@ class RankAgreement:
             status = self.wanted.status if self.wanted is not None else "done"
             return Stop(status, f"every rank's learner agreed to stop at {self.agreed['env_steps']:,} env steps "
                                 f"(all ranks) with equal weights")
+        if self.wanted is None and not self.learners_ready() \
+                and now - self.start > self.cfg.distributed_timeout_sec + JOIN_GRACE_SEC:
+            # a learner stuck joining the group (a peer that never connects) has no heartbeat deadline
+            return Stop("rank_lost", f"the learners did not join the other ranks within "
+                                     f"{self.cfg.distributed_timeout_sec:.0f} s (--distributed_timeout_sec) + "
+                                     f"{JOIN_GRACE_SEC:.0f} s: another rank is gone or unreachable (with gloo "
+                                     f"across hosts: is GLOO_SOCKET_IFNAME right?)", logging.ERROR)
         if self.wanted is None:
             wanted = self.rules.check(now)
             if wanted is None:
@@ -212,7 +233,9 @@ class RankAgreement:
         if self.stop_request.forced:
             return Stop(self.wanted.status, "second Ctrl+C: stopping this rank without waiting for the others")
         if now - self.asked_at > self.cfg.distributed_timeout_sec:
-            return Stop(self.wanted.status, f"the learners of the other ranks did not agree to stop within "
-                                            f"{self.cfg.distributed_timeout_sec:.0f} s (--distributed_timeout_sec): "
-                                            f"stopping this rank", logging.WARNING)
+            # a rank that never votes is dead or hung: unless the user stopped the run, it must start again
+            status = self.wanted.status if self.wanted.status == "interrupted" else "rank_lost"
+            return Stop(status, f"the learners of the other ranks did not agree to stop within "
+                                f"{self.cfg.distributed_timeout_sec:.0f} s (--distributed_timeout_sec): another rank "
+                                f"is dead or hung; stopping this rank", logging.WARNING)
         return None

@@ -56,6 +56,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be an integer >= 0")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -247,6 +254,10 @@ class ProcessesBackend(Backend):
                        help="run each experiment as N ranks of one training (torchrun --standalone "
                             "--nproc_per_node=N on this machine; with GPUs, N of them per experiment); the "
                             "experiment's command must be 'python -m <module> ...'")
+        g.add_argument("--rank_restarts", type=_non_negative_int, default=3,
+                       help="with --ranks_per_experiment > 1: how often torchrun starts every rank again when "
+                            "one fails (a rank killed, or exit code 75: another rank was lost); each start "
+                            "resumes from rank 0's last checkpoint")
         g.add_argument("--stop_timeout_sec", type=_non_negative_float, default=60.0,
                        help="on Ctrl+C / SIGTERM: seconds the experiments get to save a final checkpoint and "
                             "exit before they are killed")
@@ -259,6 +270,7 @@ class ProcessesBackend(Backend):
         self.num_gpus: int = getattr(args, "num_gpus", -1)
         self.stop_timeout_sec: float = getattr(args, "stop_timeout_sec", 60.0)
         self.ranks: int = getattr(args, "ranks_per_experiment", 1)
+        self.rank_restarts: int = getattr(args, "rank_restarts", 3)
 
     def _capacity(self, gpus: list[str]) -> int:
         if gpus:
@@ -268,7 +280,7 @@ class ProcessesBackend(Backend):
     def _argv(self, spec: ExperimentSpec) -> list[str]:
         """The command that runs the experiment: as written, or under torchrun with several ranks."""
         argv = resolve_interpreter(spec.argv)
-        return ranks_argv(argv, self.ranks, spec.name) if self.ranks > 1 else argv
+        return ranks_argv(argv, self.ranks, spec.name, self.rank_restarts) if self.ranks > 1 else argv
 
     def _plan_line(self, n: int, gpus: list[str]) -> str:
         capacity = self._capacity(gpus)
@@ -466,14 +478,16 @@ class ProcessesBackend(Backend):
         return 0
 
 
-def ranks_argv(argv: list[str], ranks: int, name: str) -> list[str]:
-    """``python -m <module> args`` as ``python -m torch.distributed.run --standalone --nproc_per_node=N -m
-    <module> args``: torchrun on this machine, on a free port of its own (several multi-rank experiments
-    may run at once). RunnerError for any other form of command."""
+def ranks_argv(argv: list[str], ranks: int, name: str, restarts: int = 3) -> list[str]:
+    """``python -m <module> args`` as ``python -m torch.distributed.run --standalone --nproc_per_node=N
+    --max_restarts=R -m <module> args``: torchrun on this machine, on a free port of its own (several
+    multi-rank experiments may run at once), starting every rank again up to R times when one fails (each
+    start resumes from rank 0's checkpoint). RunnerError for any other form of command."""
     if len(argv) < 3 or argv[1] != "-m":
         raise RunnerError(f"--ranks_per_experiment={ranks}: the command of {name} must be 'python -m <module> ...' "
                           f"(it is run through torchrun), not {shlex.join(argv)!r}")
-    return [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", *argv[2:]]
+    return [argv[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+            f"--max_restarts={restarts}", "-m", *argv[2:]]
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

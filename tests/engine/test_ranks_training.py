@@ -101,20 +101,87 @@ def test_kill_9_of_rank_1_ends_every_rank_and_the_same_command_resumes(tmp_path)
     assert _checkpoint_steps(ckpt_dir)[-1] >= last + 20_000
 
 
-@pytest.mark.slow
-def test_a_rank_started_with_other_flags_is_refused_by_name(tmp_path):
-    """Two ranks by hand (the env:// variables torchrun would set), rank 1 with another learning rate."""
-    port = 29000 + os.getpid() % 1000
+def _hand_ranks(tmp_path, experiment, per_rank_flags, common, port):
+    """Two ranks started by hand with the env:// variables a launcher without an agent (srun) gives:
+    rank 0's coordinator then serves the rendezvous itself."""
     procs = []
-    for rank, lr in ((0, "0.001"), (1, "0.002")):
+    for rank, extra in enumerate(per_rank_flags):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", "--experiment=flags", f"--train_dir={tmp_path}",
-             "--num_workers=1", "--num_envs_per_worker=8", "--train_for_env_steps=30000", "--device=cpu",
-             "--hidden_size=64", "--use_rnn=False", f"--learning_rate={lr}", "--distributed_timeout_sec=20"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    codes = [p.wait(timeout=120) for p in procs]
-    assert codes == [1, 1]  # both ranks end; neither hangs
-    text = (tmp_path / "flags" / "rank_1" / "sf_log.txt").read_text()
-    assert "rank 1 was started with other flags than rank 0: --learning_rate=0.002 (rank 0: 0.001)" in text
+            [sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", f"--experiment={experiment}",
+             f"--train_dir={tmp_path}", "--num_workers=1", "--num_envs_per_worker=8", "--device=cpu",
+             "--hidden_size=64", "--use_rnn=False", *common, *extra],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+    return procs
+
+
+def test_a_rank_started_with_other_flags_is_refused_by_name_before_any_worker_starts(tmp_path):
+    """Rank 1 with another learning rate: both ranks say so in one line each (exit 2, a user error) at the
+    rendezvous, before any worker process starts (no worker ever logs)."""
+    procs = _hand_ranks(tmp_path, "flags", [["--learning_rate=0.001"], ["--learning_rate=0.002"]],
+                        ["--train_for_env_steps=30000", "--distributed_timeout_sec=20"], 29000 + os.getpid() % 1000)
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2], outs  # both ranks end; neither hangs
+    err0, err1 = outs[0][1], outs[1][1]
+    assert ("sfx: error: rank 1 was started with other flags than rank 0: --learning_rate=0.002 (rank 0: 0.001): "
+            "start every rank with the same command line") in err0
+    assert "sfx: error: rank 1 was started with other flags than rank 0: --learning_rate=0.002 (rank 0: 0.001)" in err1
+    for log_file in (tmp_path / "flags" / "sf_log.txt", tmp_path / "flags" / "rank_1" / "sf_log.txt"):
+        text = log_file.read_text() if log_file.exists() else ""
+        assert "rollout_worker" not in text and "learner" not in text, text[-2000:]
+    assert not (tmp_path / "flags" / "cfg.json").exists()  # nothing saved into the experiment
+
+
+def test_an_unreachable_rendezvous_is_one_clear_line(tmp_path):
+    """Rank 1 of 2 whose rank 0 never comes: a ConfigError naming the address, after the timeout."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    proc = subprocess.run([sys.executable, "-m", "sfx.train", "--env=gym_CartPole-v1", "--experiment=alone",
+                           f"--train_dir={tmp_path}", "--device=cpu", "--distributed_timeout_sec=3"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line, = [ln for ln in proc.stderr.splitlines() if ln.startswith("sfx: error:")]
+    assert f"rank 1 could not reach the rendezvous at 127.0.0.1:{port} within 3 s (--distributed_timeout_sec)" in line
+
+
+@pytest.mark.slow
+def test_without_an_agent_kill_9_of_rank_1_ends_rank_0_with_the_resume_me_code(tmp_path):
+    """srun-like ranks (no torchrun agent to end the others): rank 0's learner finds its peer gone in a
+    collective, the run stops with rank 0's checkpoint kept and exit code 75 ("start me again"); nothing of
+    rank 0 is left behind."""
+    from tests.engine.test_training import shm_segments
+
+    before_shm = shm_segments()
+    procs = _hand_ranks(tmp_path, "lost", [[], []], ["--train_for_env_steps=1000000000", "--save_every_sec=2",
+                                                      "--distributed_timeout_sec=20"], 28000 + os.getpid() % 1000)
+    try:
+        ckpt_dir = tmp_path / "lost" / "checkpoint_p0"
+        deadline = time.time() + 120
+        while time.time() < deadline and not _checkpoint_steps(ckpt_dir):
+            time.sleep(0.5)
+        assert _checkpoint_steps(ckpt_dir), "rank 0 wrote no checkpoint"
+        tree = psutil.Process(procs[0].pid).children(recursive=True)
+        os.killpg(procs[1].pid, signal.SIGKILL)  # rank 1 and its workers, as a lost node would
+        killed_at = time.time()
+        procs[0].communicate(timeout=90)
+        assert time.time() - killed_at < 45, "rank 0 did not end in bounded time"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert procs[0].returncode == 75
+    log = (tmp_path / "lost" / "sf_log.txt").read_text()
+    assert "another rank died, hung or was killed" in log and "start the training again" in log, log[-3000:]
+    _, alive = psutil.wait_procs(tree, timeout=15)
+    assert not alive, f"processes left behind: {alive}"
+    assert shm_segments() - before_shm == set()
+    steps = _checkpoint_steps(ckpt_dir)
+    assert steps, "rank 0's checkpoints are gone"
+    status = (tmp_path / "lost" / "status.json").read_text()
+    assert '"rank_lost"' in status

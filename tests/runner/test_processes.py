@@ -405,8 +405,13 @@ def test_ranks_per_experiment_runs_torchrun_and_takes_that_many_gpus(tmp_path):
     """)
     proc = runner([f"--run={run_file}", "--dry_run", "--ranks_per_experiment=2", "--num_gpus=0"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert (f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node=2 -m sfx.train "
+    assert (f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node=2 --max_restarts=3 -m sfx.train "
             f"--env=gym_CartPole-v1") in proc.stdout
+    proc = runner([f"--run={run_file}", "--dry_run", "--ranks_per_experiment=2", "--num_gpus=0", "--rank_restarts=0"],
+                  tmp_path)
+    assert proc.returncode == 0 and "--nproc_per_node=2 --max_restarts=0 -m sfx.train" in proc.stdout
+    proc = runner([f"--run={run_file}", "--dry_run", "--ranks_per_experiment=2", "--rank_restarts=-1"], tmp_path)
+    assert proc.returncode == 2 and "-1 must be an integer >= 0" in proc.stderr
 
     # a command that is not 'python -m <module>' cannot go through torchrun: said before anything starts
     run_file, env = _gpu_run(tmp_path, 2, sleep_sec=0)
@@ -441,3 +446,46 @@ def test_an_experiment_as_two_ranks_through_the_runner(tmp_path):
     spec, = specs_of(run_file, tmp_path)
     assert (spec.exp_dir / "done").is_file()
     assert "rank 1 of 2" in (spec.exp_dir / "rank_1" / "sf_log.txt").read_text()
+
+
+@pytest.mark.slow
+def test_a_killed_rank_is_started_again_by_the_runner_and_every_rank_resumes(tmp_path):
+    """kill -9 of rank 1 mid-run: torchrun (--max_restarts, from --rank_restarts) starts both ranks again,
+    they resume from rank 0's last checkpoint and the experiment finishes."""
+    import psutil
+
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("ranks", [
+            Experiment("cartpole", "python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_envs_per_worker=4 "
+                                   "--device=cpu --hidden_size=64 --use_rnn=False --train_for_env_steps=150000 "
+                                   "--save_every_sec=2 --distributed_timeout_sec=20",
+                       ParamGrid([("seed", [1])])),
+        ])
+    """)
+    spec, = specs_of(run_file, tmp_path)
+    ckpt_dir = spec.exp_dir / "checkpoint_p0"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    proc = subprocess.Popen([sys.executable, "-m", "sfx.runner.run", f"--train_dir={tmp_path / 'td'}",
+                             f"--run={run_file}", "--ranks_per_experiment=2", "--num_gpus=0"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list(ckpt_dir.glob("checkpoint_*.pth")):
+            time.sleep(0.5)
+        assert list(ckpt_dir.glob("checkpoint_*.pth")), "rank 0 wrote no checkpoint"
+        rank1 = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                 if "sfx.train" in " ".join(p.cmdline()) and p.environ().get("RANK") == "1"
+                 and "torch.distributed.run" not in " ".join(p.cmdline())]
+        assert rank1, "no rank 1 trainer found"
+        os.kill(rank1[0].pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-3000:]
+    assert (spec.exp_dir / "done").is_file()
+    log = (spec.exp_dir / "sf_log.txt").read_text()
+    assert "resumed at train step" in log, log[-3000:]
+    # the restarted rank 1 took rank 0's weights and counters: the run ended at the target, counted once
+    assert int((spec.exp_dir / "done").read_text().split("=")[1]) >= 150_000

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
+import weakref
 from typing import Any
 
 import numpy as np
@@ -170,7 +172,9 @@ class Lab:
         self._num_steps = 0
         self._episode_frames = _level_frames(level)
         self._events: list[tuple[str, list]] = []
+        # Like DeepMind Lab's own temp folder for generated maps: gone on close() or when the env is collected.
         self._pk3_dir = tempfile.mkdtemp(prefix="dmlab_standin_")
+        self._pk3_cleanup = weakref.finalize(self, shutil.rmtree, self._pk3_dir, True)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -234,6 +238,7 @@ class Lab:
             return False
         self._closed = True
         self._running = False
+        self._pk3_cleanup()
         return True
 
     def is_running(self) -> bool:
