@@ -309,7 +309,7 @@ def run_sampler(cfg: Any) -> dict:
 
     env_info = probe_env(cfg)
     # the real model sizes the recurrent-state columns of the slots, so memory matches training's
-    model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
+    model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
     envs_per_worker = cfg.num_envs_per_worker
     step_times = StepTimes(cfg.num_workers * envs_per_worker)
     # no learner: finished trajectories go to the random policy worker, which frees their slots

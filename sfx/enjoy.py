@@ -146,7 +146,8 @@ def enjoy(cfg: Any) -> dict:
     video = None
     try:
         device = resolve_device(cfg, warn=True)
-        model = create_actor_critic(cfg, env.observation_space, env.action_space)
+        model = create_actor_critic(cfg, env.observation_space, env.action_space,
+                                    max(1, len(getattr(env, "task_names", None) or ())))
         model.load_state_dict(checkpoint["model"])
         model.to(device).for_inference()
         action_space = env.action_space

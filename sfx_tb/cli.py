@@ -4,6 +4,7 @@
     python -m sfx.tb plot PATTERN... [--metric reward]... [--x env_steps|time] [--spread std|minmax|none]
                           [--smooth W] [--out curves.png] [--format png|svg|pdf]
     python -m sfx.tb table PATTERN... [--metric reward]... [--last_frac 0.1] [--csv out.csv]
+    python -m sfx.tb table PATTERN... --per_task [--metric reward]... [--csv out.csv]
 
 Bad input prints one ``sfx.tb: error: ...`` line and exits with status 2.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from sfx_tb.errors import TbError
@@ -26,6 +28,7 @@ EPILOG = """modes:
   python -m sfx.tb [serve] PATTERN...   TensorBoard over the matching experiments (this help)
   python -m sfx.tb plot PATTERN...      learning curves over seeds to an image (plot --help)
   python -m sfx.tb table PATTERN...     final results per group of seeds (table --help)
+  python -m sfx.tb table PATTERN... --per_task   per task of multi-task trainings
 """
 
 
@@ -103,12 +106,21 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         p = _Parser(prog="python -m sfx.tb table",
                     description="One row per group of experiments that differ only by seed: the final value of "
                                 "each --metric as mean ± std over seeds, the number of seeds, the env steps "
-                                "every seed reached and the FPS. Markdown to stdout; --csv for a file.")
+                                "every seed reached and the FPS. Markdown to stdout; --csv for a file. With "
+                                "--per_task: one row per task of each experiment of a multi-task training.")
         _common(p)
         _data_flags(p)
-        p.add_argument("--last_frac", type=float, default=0.1,
-                       help="a run's final value is the mean of this last fraction of its points (default: 0.1)")
-        p.add_argument("--csv", default=None, help="also write the table, unrounded, to this CSV file")
+        p.add_argument("--per_task", action="store_true",
+                       help="one row per (experiment, task) of multi-task trainings: the last value of "
+                            "task/<name>/reward, hns, len, then the suite scores (suite/hns_mean, hns_median, "
+                            "hns_mean_capped) per experiment; --metric then names per-task scalars "
+                            "(reward, hns, len; default: all)")
+        p.add_argument("--last_frac", type=float, default=None,
+                       help="a run's final value is the mean of this last fraction of its points "
+                            "(default: 0.1; with --per_task: the last point)")
+        p.add_argument("--csv", default=None,
+                       help="also write the table, unrounded, to this CSV file (with --per_task, the suite "
+                            "scores go to <name>_suite.csv beside it)")
         return p
     raise ValueError(f"mode {mode!r}: use one of {', '.join(MODES)}")
 
@@ -150,17 +162,53 @@ def _run_plot(args: argparse.Namespace) -> int:
 
 def _run_table(args: argparse.Namespace) -> int:
     from sfx_tb.scalars import load_scalars
-    from sfx_tb.table import check_last_frac, summary_table, to_markdown
+    from sfx_tb.table import DEFAULT_LAST_FRAC, check_last_frac, summary_table, to_markdown
 
+    if args.per_task:
+        return _run_per_task_table(args)
     metrics = args.metric or ["reward"]
-    check_last_frac(args.last_frac)
+    last_frac = check_last_frac(DEFAULT_LAST_FRAC if args.last_frac is None else args.last_frac)
     # fps is read as well: the FPS column comes from it
     df = load_scalars(args.patterns, args.dir, policy=args.policy)
-    table = summary_table(df, metrics, last_frac=args.last_frac)
+    table = summary_table(df, metrics, last_frac=last_frac)
     print(to_markdown(table))
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}", file=sys.stderr)
+    return 0
+
+
+def suite_csv_path(csv: str) -> Path:
+    """Where ``--per_task --csv FILE`` writes the suite scores: ``<stem>_suite<suffix>`` beside FILE."""
+    path = Path(csv)
+    return path.with_name(f"{path.stem}_suite{path.suffix or '.csv'}")
+
+
+def _run_per_task_table(args: argparse.Namespace) -> int:
+    from sfx_tb.scalars import load_scalars
+    from sfx_tb.table import (check_last_frac, per_task_markdown, per_task_table, split_task_tag, suite_markdown,
+                              suite_table)
+
+    if args.last_frac is not None:
+        check_last_frac(args.last_frac)
+    df = load_scalars(args.patterns, args.dir, policy=args.policy)
+    table = per_task_table(df, args.metric, last_frac=args.last_frac)
+    suite = suite_table(df, last_frac=args.last_frac)
+    without = sorted(set(df["experiment"]) - set(df.loc[df["tag"].map(split_task_tag).notna(), "experiment"]))
+    if without:
+        print(f"sfx.tb: note: no per-task scalars in {len(without)} experiment(s), left out: {', '.join(without)}",
+              file=sys.stderr)
+    print(per_task_markdown(table))
+    if len(suite):
+        print()
+        print(suite_markdown(suite))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}", file=sys.stderr)
+        if len(suite):
+            path = suite_csv_path(args.csv)
+            suite.to_csv(path, index=False)
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,5 @@
 """Pure RL math: V-trace, GAE, PPO losses, the APPO step's targets and loss terms, action
-distributions, normalizers.
+distributions, normalizers, PopArt.
 
 Tensors and scalars in, tensors out; no processes and no cfg objects here.
 """
@@ -15,6 +15,8 @@ from sfx.algo.distributions import (
 )
 from sfx.algo.gae import gae
 from sfx.algo.normalizers import RunningMeanStd
+from sfx.algo.popart import (PopArtStats, PopArtStep, popart_advantages, popart_normalize, popart_preserve_,
+                             popart_step, popart_unnormalize, popart_update, select_task_values)
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
 from sfx.algo.targets import Targets
 from sfx.algo.vtrace import vtrace
@@ -34,6 +36,15 @@ __all__ = [
     "make_action_distribution",
     "gae",
     "RunningMeanStd",
+    "PopArtStats",
+    "PopArtStep",
+    "popart_advantages",
+    "popart_normalize",
+    "popart_preserve_",
+    "popart_step",
+    "popart_unnormalize",
+    "popart_update",
+    "select_task_values",
     "entropy_loss",
     "kl_loss",
     "masked_mean",

@@ -148,7 +148,7 @@ def normalize_advantages(advantages: torch.Tensor, valids: torch.Tensor, reduce:
 def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
                  truncation_values: torch.Tensor, values: torch.Tensor, bootstrap_values: torch.Tensor,
                  log_rhos: torch.Tensor | None, valids: torch.Tensor, params: APPOParams,
-                 reduce: Reduce | None = None) -> Targets:
+                 reduce: Reduce | None = None, advantage_scale: torch.Tensor | None = None) -> Targets:
     """Value targets and normalized advantages of a minibatch (module docstring, first block).
 
     Args:
@@ -162,6 +162,8 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
         valids: ``[B, T]`` bool, the samples that count (advantage statistics are over these).
         params: ``gamma, reward_scale, reward_clip, with_vtrace, vtrace_rho, vtrace_c, gae_lambda``.
         reduce: with data-parallel ranks, a sum over ranks (advantages are normalized over all of them).
+        advantage_scale: ``[B, T]`` or ``[B]`` factors applied to the advantages before they are normalized
+            (PopArt: ``1 / sigma`` of each sample's task, so every task's policy gradient has the same scale).
 
     Returns:
         ``Targets(returns, advantages)``, both ``[B, T]``, no gradient; ``advantages`` normalized.
@@ -182,7 +184,11 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
                          clip_c_threshold=p.vtrace_c)
         else:
             out = gae(tm(r), tm(values), bootstrap_values, tm(discounts), p.gae_lambda)
-        return Targets(returns=tm(out.returns), advantages=normalize_advantages(tm(out.advantages), valids, reduce))
+        advantages = tm(out.advantages)
+        if advantage_scale is not None:
+            scale = advantage_scale.to(advantages.dtype)
+            advantages = advantages * (scale if scale.dim() == 2 else scale.unsqueeze(1))
+        return Targets(returns=tm(out.returns), advantages=normalize_advantages(advantages, valids, reduce))
 
 
 def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_prob: torch.Tensor,

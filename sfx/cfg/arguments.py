@@ -160,8 +160,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                  "mutate --batch_size too (within 1/4x..2x of the start value, multiples of --rollout)")
     add_bool_arg(g, "pbt_optimize_gamma", False, "mutate --gamma too (perturbing 1 - gamma)")
     g.add_argument("--pbt_target_objective", default="true_reward",
-                   help="episode statistic policies are ranked by (an env's episode_extra_stats key, or reward); "
-                        "falls back to reward for a policy whose episodes do not report it")
+                   help="episode statistic policies are ranked by (an env's episode_extra_stats key, or reward; "
+                        "multi-task: suite/hns_mean, suite/hns_median or suite/hns_mean_capped); falls back to "
+                        "reward for a policy whose episodes do not report it")
     g.add_argument("--pbt_perturb_min", type=float, default=1.05, help="smallest mutation factor (> 1)")
     g.add_argument("--pbt_perturb_max", type=float, default=1.5, help="largest mutation factor (>= pbt_perturb_min)")
     g.add_argument("--pbt_population_dir", default=None,
@@ -214,6 +215,16 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "Ampere+), else off")
     add_bool_arg(g, "normalize_input", True, "normalize observations with running mean and std")
     add_bool_arg(g, "normalize_returns", True, "train the value head on normalized returns")
+    add_bool_arg(g, "popart", False,
+                 "PopArt (Hessel et al. 2019): one value output per task (an env with several tasks, e.g. "
+                 "--env=multitask or dmlab_30; one task works too), each trained on targets normalised by its "
+                 "task's running mean and stddev, the policy-gradient advantages divided by that stddev, and "
+                 "the head rescaled after every step so its unnormalised outputs do not change. Replaces "
+                 "--normalize_returns")
+    g.add_argument("--popart_beta", type=float, default=3e-4,
+                   help="with --popart: step size of the per-task running mean and second moment of the targets")
+    g.add_argument("--popart_clip_min", type=float, default=1e-4,
+                   help="with --popart: the per-task stddev is never below this")
 
     g = parser.add_argument_group("stopping, checkpoints and reporting")
     g.add_argument("--train_for_env_steps", type=int_like, default=10_000_000_000,

@@ -35,10 +35,15 @@ def _new_parser(**kwargs: Any) -> ArgParser:
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kwargs)
 
 
-def build_parser(env: str | None, evaluation: bool = False) -> ArgParser:
+def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] | None = None,
+                 preset: dict | None = None) -> ArgParser:
     """The full parser: trainer flags, the env family's flags and default overrides, evaluation flags.
 
     ``env=None`` gives the parser without any family (used for ``--help`` without ``--env``).
+    A composite env (its family has a ``compose_fn``, e.g. ``--env=multitask``) is made of envs its own
+    flags name; their families' flags and default overrides join the parser. Those flags are read from
+    ``argv`` (the command line), else ``preset`` (a resumed cfg.json, default_cfg's overrides), else
+    their defaults.
     """
     from sfx.envs.registry import find_family  # sfx.envs imports ConfigError from this package
 
@@ -50,15 +55,45 @@ def build_parser(env: str | None, evaluation: bool = False) -> ArgParser:
         family = find_family(env)
         if family.add_params_fn is not None:
             family.add_params_fn(parser)
-        known = {a.dest for a in parser._actions}
         overrides = family.defaults_for(env)
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ValueError(f"env family {family.prefix!r} overrides defaults of unknown flags: {unknown}")
+        if family.compose_fn is not None:
+            _check_overrides(parser, family.prefix, overrides)
+            parser.set_defaults(**overrides)
+            values = _known_values(parser, [f"--env={env}"] if argv is None else argv, preset)
+            composition = family.compose_fn(values)
+            added = {family.prefix}
+            parts: dict = {}
+            for name in composition.env_names:
+                part = find_family(name)
+                if part.prefix not in added and part.add_params_fn is not None:
+                    part.add_params_fn(parser)
+                added.add(part.prefix)
+                for key, value in part.defaults_for(name).items():
+                    parts.setdefault(key, value)  # the first listed env's default holds
+            overrides = {**overrides, **parts, **composition.default_overrides}
+        _check_overrides(parser, family.prefix, overrides)
         parser.set_defaults(**overrides)
     if evaluation:
         add_eval_args(parser)
     return parser
+
+
+def _check_overrides(parser: argparse.ArgumentParser, prefix: str, overrides: dict) -> None:
+    known = {a.dest for a in parser._actions}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"env family {prefix!r} overrides defaults of unknown flags: {unknown}")
+
+
+def _known_values(parser: argparse.ArgumentParser, argv: Sequence[str], preset: dict | None) -> argparse.Namespace:
+    """The values of ``parser``'s flags before the full parse: ``argv``'s, else ``preset``'s, else defaults."""
+    argv = [a for a in argv if a not in ("-h", "--help")]  # help is printed by the full parser
+    values, _ = parser.parse_known_args(argv)
+    given = explicit_flags(parser, argv)
+    for key, value in (preset or {}).items():
+        if key not in given and hasattr(values, key):
+            setattr(values, key, value)
+    return values
 
 
 def _pre_parse(argv: list[str]) -> argparse.Namespace:
@@ -120,15 +155,15 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
         raise ConfigError(f"--env is required, e.g. --env=gym_CartPole-v1 (env families: "
                           f"{', '.join(registered_prefixes())})")
 
-    parser = build_parser(pre.env, evaluation)
+    cfg_file = Path(pre.train_dir).expanduser() / pre.experiment / CFG_FILE
+    saved = load_cfg(cfg_file) if resume and cfg_file.is_file() else None
+    parser = build_parser(pre.env, evaluation, argv, saved)
     parser.prog = prog or parser.prog
     cfg, extras = parser.parse_known_args(argv)
     _check_unknown(parser, extras)
     explicit = explicit_flags(parser, argv)
 
-    cfg_file = Path(pre.train_dir).expanduser() / pre.experiment / CFG_FILE
-    if resume and cfg_file.is_file():
-        saved = load_cfg(cfg_file)
+    if saved is not None:
         _resume(cfg, saved, explicit, cfg_file)
     elif evaluation:
         raise ConfigError(f"no experiment at {cfg_file.parent} (no {CFG_FILE}): train first, "
@@ -172,7 +207,7 @@ def default_cfg(env: str = "gym_CartPole-v1", evaluation: bool = False, **overri
 
     Never reads or writes an experiment folder. Unknown override names are a ConfigError (typos).
     """
-    parser = build_parser(env, evaluation)
+    parser = build_parser(env, evaluation, preset=overrides)
     cfg = parser.parse_args([f"--env={env}"])
     unknown = sorted(set(overrides) - set(vars(cfg)))
     if unknown:

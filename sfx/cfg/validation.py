@@ -74,6 +74,10 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         raise ConfigError(f"--initial_stddev={cfg.initial_stddev} must be a finite number > 0")
     if not math.isfinite(cfg.obs_subtract_mean):
         raise ConfigError(f"--obs_subtract_mean={cfg.obs_subtract_mean} must be a finite number")
+    if not 0.0 < cfg.popart_beta <= 1.0:
+        raise ConfigError(f"--popart_beta={cfg.popart_beta} must be in (0, 1]")
+    if not 0.0 < cfg.popart_clip_min < math.inf:
+        raise ConfigError(f"--popart_clip_min={cfg.popart_clip_min} must be a finite number > 0")
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 

@@ -46,6 +46,7 @@ class TrajectoryBuffers:
     trunc_values: torch.Tensor    # [N, T]   V(final obs) for truncated steps
     policy_versions: torch.Tensor  # [N, T] int64, version of the weights that acted
     active: torch.Tensor          # [N, T] bool, False where the env said the agent was not playing
+    task: torch.Tensor            # [N] int64, the task of the env the trajectory came from (0 = single task)
 
     @property
     def num_slots(self) -> int:
@@ -96,6 +97,7 @@ def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_
         trunc_values=z((n, t)),
         policy_versions=z((n, t), torch.int64),
         active=z((n, t), torch.bool),
+        task=z((n,), torch.int64),
     )
 
 

@@ -33,7 +33,7 @@ from sfx.engine.runtime import ProcessRuntime, SerialRuntime, _exit_hung_shutdow
 from sfx.engine.stats import format_duration
 from sfx.engine.supervision import RankAgreement, Stop, StopRequest, Supervisor, TrainingStopRules
 # build_component and give_back_slots: kept importable from here for tests and benches
-from sfx.engine.wiring import build_component, probe_env, resolve_device, wire  # noqa: F401
+from sfx.engine.wiring import build_component, probe_env, rank_device, resolve_device, wire  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ def check_checkpoints_fit(cfg: Any, model: torch.nn.Module) -> None:
         ckpt = load_latest_checkpoint(cfg, p)
         if ckpt is None:
             continue
+        saved_tasks = ckpt["model"].get("popart.mu")
+        if saved_tasks is not None and model.popart is not None and saved_tasks.shape != model.popart.mu.shape:
+            raise ConfigError(f"the checkpoint in {checkpoint_dir(cfg, p)} was trained on {saved_tasks.shape[0]} "
+                              f"task(s), the env now has {model.popart.num_tasks} (--env and its task list): use the "
+                              f"tasks it was trained with or a new --experiment")
         try:
             model.load_state_dict(ckpt["model"])
         except (RuntimeError, KeyError) as e:
@@ -175,14 +180,17 @@ def run_training(cfg: Any) -> dict:
     log.info("experiment %s, env %s, %s mode, device %s", exp_dir, cfg.env,
              "serial" if cfg.serial_mode else "asynchronous", device)
 
-    # with several ranks: all meet (same flags, every rank present) before anything starts
+    # with several ranks: one GPU per rank on this node (a ConfigError if too few), then all ranks meet
+    # (same flags, every rank present) before anything starts
+    if ranks.is_distributed:
+        log.info("this rank's learner and policy workers run on %s", rank_device(cfg, ranks))
     meeting = meet_ranks(cfg, ranks) if ranks.is_distributed else None
     # everything that can reject the cfg runs before cfg.json is written: a typo must not be
     # saved into the experiment and come back on the next resume
     try:
         check_observers_available(cfg)
         env_info = probe_env(cfg)
-        model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space)
+        model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
         check_checkpoints_fit(cfg, model)
         check_cpus(cfg)
         ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
@@ -202,7 +210,7 @@ def run_training(cfg: Any) -> dict:
     save_cfg(cfg)
     runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
 
-    reporter = TrainingReporter(cfg, runtime.pids, world_size=ranks.world_size)
+    reporter = TrainingReporter(cfg, runtime.pids, world_size=ranks.world_size, task_names=env_info.task_names)
     ctx = ObserverContext(env_info=env_info, learner_control=w.learner_control, rollout_control=w.rollout_control,
                           summary=reporter.summary,
                           rng=random.Random(None if cfg.seed is None else cfg.seed + 7919))

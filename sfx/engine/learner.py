@@ -103,7 +103,9 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     done = mb["terminated"] | mb["truncated"]
     # Recompute the whole batch with current weights, `recurrence` steps at a time, starting
     # each chunk from the recurrent state the behaviour policy had there.
-    out = model.forward_trajectories(mb["obs"], mb["rnn_states"], done, cfg.recurrence if cfg.use_rnn else T)
+    popart = model.popart
+    tasks = mb["task"] if popart is not None else None  # PopArt: each trajectory's task
+    out = model.forward_trajectories(mb["obs"], mb["rnn_states"], done, cfg.recurrence if cfg.use_rnn else T, tasks)
     space = model.action_space
     dist = make_action_distribution(space, out.action_params.reshape(n * T, -1))
     log_prob = dist.log_prob(mb["actions"].reshape(n * T, -1)).reshape(n, T)
@@ -112,8 +114,10 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     values = out.values.detach()
     log_rhos = log_prob.detach() - mb["log_probs"] if params.with_vtrace else None
     reduce = group.sum if group is not None else None
+    # PopArt: each task's policy gradient on the scale of its normalised targets (advantage / its sigma)
+    adv_scale = popart.sigma(tasks).reciprocal() if popart is not None else None
     targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
-                           out.bootstrap_values, log_rhos, valids, params, reduce)
+                           out.bootstrap_values, log_rhos, valids, params, reduce, adv_scale)
     bad = not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all()))
     # with ranks every rank joins the vote, bad or not: a rank that skipped it would pair its next
     # collective with the others' vote
@@ -122,8 +126,8 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     with torch.no_grad():
         if cfg.normalize_returns and model.returns_normalizer is not None:
             model.returns_normalizer.update(targets.returns[valids], reduce=reduce)
-        returns_norm = model.normalize_values(targets.returns)
-        old_values_norm = model.normalize_values(mb["values"])
+        returns_norm = model.normalize_values(targets.returns, tasks)
+        old_values_norm = model.normalize_values(mb["values"], tasks)
 
     terms = appo_loss_terms(dist, old_dist, log_prob, mb["log_probs"], targets, returns_norm, out.values,
                             out.values_normalized, old_values_norm, valids, params)
@@ -151,6 +155,10 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteBatch("gradients")
     optimizer.step()
+    if popart is not None:
+        # after the step (van Hasselt et al. 2016): the tasks' statistics move towards this minibatch's
+        # targets, and the value head is rescaled so its unnormalised outputs stay what they were
+        popart.update(targets.returns, tasks, valids, model.value_head, reduce=reduce)
 
     names = {"exploration": f"loss/{cfg.exploration_loss}"}
     stats = {"loss/total": loss.item()}

@@ -81,9 +81,15 @@ class PolicyWorker(Component):
         else:
             trunc_rows = None
 
+        tasks = None
+        if self.model.popart is not None:  # per-task value outputs: each row's task (its slot's)
+            tasks = traj.task[slots]
+            if trunc_rows is not None:
+                tasks = torch.cat([tasks, traj.task[trunc_rows[:, REQ_TRUNC_SLOT]]])
+            tasks = tasks.to(dev, non_blocking=True)
         with torch.inference_mode():
             out = self.model.forward_step({k: v.to(dev, non_blocking=True) for k, v in obs.items()},
-                                          rnn.to(dev, non_blocking=True))
+                                          rnn.to(dev, non_blocking=True), tasks)
             params = out["action_params"][:n]
             dist = make_action_distribution(self.model.action_space, params)
             actions = dist.sample()

@@ -287,14 +287,22 @@ def expand_hostlist(spec: str) -> list[str]:
 
 # --- devices --------------------------------------------------------------------------------------------
 
-def check_devices(info: RankInfo, device: str, cuda_device_count: int) -> str:
+def check_devices(info: RankInfo, device: str, cuda_device_count: int,
+                  environ: Mapping[str, str] | None = None) -> str:
     """The torch device string of this rank: ``"cuda:LOCAL_RANK"`` with ``--device=gpu`` where CUDA has
     devices (one GPU per rank: more ranks on this node than GPUs is a :class:`ConfigError` naming both
-    numbers), else ``"cpu"`` (``--device=gpu`` without CUDA falls back to the CPU, as a single rank does)."""
+    numbers), else ``"cpu"`` (``--device=gpu`` without CUDA falls back to the CPU, as a single rank does).
+
+    A rank that sees exactly one GPU through a one-entry ``CUDA_VISIBLE_DEVICES`` (``srun --gpus-per-task=1``,
+    or a launcher that binds one GPU per rank) uses that GPU, ``cuda:0``, whatever its local rank."""
+    env = os.environ if environ is None else environ
     if device not in ("gpu", "cpu"):
         raise ConfigError(f"--device={device!r} is not a device (expected gpu or cpu)")
     if device == "cpu" or cuda_device_count <= 0:
         return "cpu"
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if cuda_device_count == 1 and len(visible) == 1 and info.local_world_size > 1:
+        return "cuda:0"  # this rank's own GPU, bound by the launcher
     if info.local_world_size > cuda_device_count:
         raise ConfigError(f"{info.local_world_size} ranks on this node but only {cuda_device_count} GPU(s) "
                           f"visible: one GPU per rank (start at most {cuda_device_count} ranks per node, "

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 class TrainingReporter:
     """Per-policy statistics and meters of a training, and everything that shows them."""
 
-    def __init__(self, cfg: Any, pids: Callable[[], dict[str, int]], world_size: int = 1) -> None:
+    def __init__(self, cfg: Any, pids: Callable[[], dict[str, int]], world_size: int = 1,
+                 task_names: tuple = ()) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         from sfx.experiment import summary_dir
@@ -31,7 +32,7 @@ class TrainingReporter:
         self.cfg = cfg
         self.pids = pids  # the components' processes (memory summaries, status.json)
         self.writers = [SummaryWriter(str(summary_dir(cfg, p)), flush_secs=10) for p in range(cfg.num_policies)]
-        self.policies = [PolicyStats(cfg.stats_avg) for _ in range(cfg.num_policies)]
+        self.policies = [PolicyStats(cfg.stats_avg, task_names) for _ in range(cfg.num_policies)]
         self.fps = ThroughputMeter()
         self.samples = ThroughputMeter()
         # with several ranks: every rank's frames together, from the learners' env step count (all ranks')

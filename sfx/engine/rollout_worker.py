@@ -30,6 +30,11 @@ from sfx.models.obs import BOX_KEY
 log = logging.getLogger(__name__)
 
 
+def env_task_id(env: Any) -> int:
+    """The task of ``env`` (its ``task_id`` when it names its tasks, see sfx.envs); 0 for a single task."""
+    return int(getattr(env, "task_id", 0)) if getattr(env, "task_names", None) else 0
+
+
 class RolloutWorker(Component):
     """Steps envs and fills trajectory slots; see the module docstring for the protocol.
 
@@ -84,6 +89,7 @@ class RolloutWorker(Component):
         self.policy = np.zeros(num_local_agents, dtype=np.int64)
         self.repick_policy = np.zeros(num_local_agents, dtype=bool)
         self.env_policy = np.full(self.num_envs, -1, dtype=np.int64)
+        self.env_task = np.zeros(self.num_envs, dtype=np.int64)  # each env's task (env.task_id; 0 = single task)
         self.policy_shaping: dict[int, dict] = {}
         self.trunc_slot = np.full(num_local_agents, -1, dtype=np.int64)
         self.trunc_t = np.full(num_local_agents, -1, dtype=np.int64)
@@ -122,6 +128,7 @@ class RolloutWorker(Component):
                 raise RuntimeError(f"env {cfg.env} made {env.num_agents} agents in worker "
                                    f"{self.worker_idx}, expected {self.num_agents_per_env}")
             self.envs.append(env)
+            self.env_task[e] = env_task_id(env)
         self.action_space = self.envs[0].action_space
         self.box_obs = not isinstance(self.envs[0].observation_space, gymnasium.spaces.Dict)
 
@@ -133,7 +140,7 @@ class RolloutWorker(Component):
             obs, _ = env.reset(seed=env_seed(cfg, {"env_id": env_id}))
             for j in range(self.num_agents_per_env):
                 a = e * self.num_agents_per_env + j
-                slot = self._acquire_slot(self.policy[a])
+                slot = self._acquire_slot(self.policy[a], a)
                 if slot is None:
                     return
                 self.slot[a], self.t[a] = slot, 0
@@ -169,8 +176,9 @@ class RolloutWorker(Component):
             if self.policy[a] == policy:
                 self._apply_shaping(a)
 
-    def _acquire_slot(self, policy: int) -> int | None:
-        """A free slot of ``policy``; blocks while the learner is behind (throttling)."""
+    def _acquire_slot(self, policy: int, agent: int) -> int | None:
+        """A free slot of ``policy`` for ``agent`` (the slot takes the agent's task); blocks while the
+        learner is behind (throttling)."""
         q = self.free_slot_queues[policy]
         next_check = time.monotonic() + 0.5
         while not self.stopped:
@@ -180,6 +188,7 @@ class RolloutWorker(Component):
                 slot = int(q.get(block=False))
                 if self.slot_owners is not None:
                     self.slot_owners[policy][slot] = self.worker_idx
+                self.np[policy]["task"][slot] = self.env_task[agent // self.num_agents_per_env]
                 return slot
             except Empty:
                 if self.cfg.serial_mode:
@@ -271,6 +280,7 @@ class RolloutWorker(Component):
             raise RuntimeError(f"env {e} of rollout worker {self.worker_idx} crashed and could not be recreated "
                                f"in {attempts} attempts: {last!r}")
         self.envs[e] = env
+        self.env_task[e] = env_task_id(env)
         n = self.num_agents_per_env
         return obs, [0.0] * n, [True] * n, [False] * n, [{"is_active": False} for _ in range(n)]
 
@@ -287,7 +297,8 @@ class RolloutWorker(Component):
         if done:
             episode = info.get("episode")
             if episode is not None:
-                self.episode_stats.append({"policy": int(p), **episode})
+                self.episode_stats.append({"policy": int(p), "task": int(self.env_task[a // self.num_agents_per_env]),
+                                           **episode})
             if truncated and not terminated:
                 # the learner bootstraps from V(final obs); the policy worker computes it with
                 # the state the episode would have continued with
@@ -315,7 +326,7 @@ class RolloutWorker(Component):
         if self.repick_policy[a]:
             new_p = self._pick_policy(a)
             self.repick_policy[a] = False
-        new_slot = self._acquire_slot(new_p)
+        new_slot = self._acquire_slot(new_p, a)
         if new_slot is None:
             return
         nbuf = self.np[new_p]
@@ -337,7 +348,7 @@ class RolloutWorker(Component):
         buf["truncated"][slot, t:] = False
         buf["rewards"][slot, t:] = 0.0
         buf["policy_versions"][slot, t:] = buf["policy_versions"][slot, t - 1]
-        new_slot = self._acquire_slot(new_p)
+        new_slot = self._acquire_slot(new_p, a)
         if new_slot is None:
             return
         nbuf = self.np[new_p]

@@ -66,9 +66,16 @@ class ThroughputMeter:
 
 
 class PolicyStats:
-    """Per-policy rolling stats."""
+    """Per-policy rolling stats. With several tasks (``task_names``), also each task's episode reward and
+    length over its last ``stats_avg`` episodes, its human-normalised score where one exists
+    (:func:`sfx.envs.task_scores.human_normalized_score`), and the suite's scores over those tasks."""
 
-    def __init__(self, stats_avg: int) -> None:
+    def __init__(self, stats_avg: int, task_names: tuple = ()) -> None:
+        self.stats_avg = stats_avg
+        self.task_names = tuple(task_names) if len(task_names) > 1 else ()
+        self.task_episodes: dict[tuple[int, str], collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=stats_avg))
+        self.new_task_episodes = False
         self.episodes: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=stats_avg))
         self.num_episodes = 0
@@ -81,10 +88,44 @@ class PolicyStats:
     def add_episode(self, episode: dict) -> None:
         self.num_episodes += 1
         for k, v in episode.items():
-            if k == "policy" or not isinstance(v, (int, float)):
+            if k in ("policy", "task") or not isinstance(v, (int, float)):
                 continue
             self.episodes[k].append(float(v))
             self.new_episodes[k].append(float(v))
+        task = episode.get("task")
+        if self.task_names and task is not None and 0 <= int(task) < len(self.task_names):
+            for k in ("reward", "len"):
+                if isinstance(episode.get(k), (int, float)):
+                    self.task_episodes[(int(task), k)].append(float(episode[k]))
+            self.new_task_episodes = True
+
+    def task_means(self, key: str = "reward") -> dict[str, float]:
+        """Each task's mean ``key`` over its last ``stats_avg`` episodes (tasks with no episode yet left out)."""
+        return {name: sum(d) / len(d) for t, name in enumerate(self.task_names)
+                if (d := self.task_episodes.get((t, key)))}
+
+    def suite_scores(self) -> dict[str, float]:
+        """``hns_mean``, ``hns_median``, ``hns_mean_capped`` over the tasks with a human-normalised score
+        (each task's mean reward over its last ``stats_avg`` episodes); empty while none has one."""
+        return {k[len("suite/"):]: v for k, v in self.task_summaries().items() if k.startswith("suite/")}
+
+    def task_summaries(self) -> dict[str, float]:
+        """``task/<name>/reward``, ``.../len``, ``.../hns`` (where the task has a human-normalised score) and,
+        over the tasks with one, ``suite/hns_mean``, ``suite/hns_median``, ``suite/hns_mean_capped``."""
+        from sfx.envs.task_scores import human_normalized_score, suite_scores
+
+        out: dict[str, float] = {}
+        hns: dict[str, float] = {}
+        for key in ("reward", "len"):
+            for name, value in self.task_means(key).items():
+                out[f"task/{name}/{key}"] = value
+        for name, reward in self.task_means("reward").items():
+            score = human_normalized_score(name, reward)
+            if score is not None:
+                out[f"task/{name}/hns"] = hns[name] = score
+        suite = suite_scores(hns) if hns else {}
+        out.update({f"suite/{k}": float(v) for k, v in suite.items() if k != "num_tasks"})
+        return out
 
     def add_train(self, stats: dict) -> None:
         self.env_steps = int(stats.get("env_steps", self.env_steps))
@@ -120,6 +161,9 @@ class PolicyStats:
             # episodes ended so far: tells a reader when `reward` became an average over a full --stats_avg window
             out["episodes"] = float(self.num_episodes)
         self.new_episodes.clear()
+        if self.new_task_episodes:
+            out.update(self.task_summaries())
+            self.new_task_episodes = False
         return out
 
 

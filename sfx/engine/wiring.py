@@ -48,6 +48,11 @@ class EnvInfo:
     action_space: Any
     num_agents: int
     reward_shaping: dict | None = None  # the env's named reward components (PBT mutates them)
+    task_names: tuple = ()              # the env's tasks in task-id order (env.task_names); () = one task
+
+    @property
+    def num_tasks(self) -> int:
+        return max(1, len(self.task_names))
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ class ComponentSpec:
     build: Callable[..., Any]
     inbox: Any                       # the data queue it reads
     control: Any = None              # its control queue (read first, not behind data), or None
-    device: str = "cpu"              # "cpu" or "cuda"
+    device: str = "cpu"              # "cpu", "cuda" or, with several ranks on GPUs, "cuda:LOCAL_RANK"
     threads: int = 1                 # torch threads in its process
     pin_core: bool = False           # pinned to core index % cores (with --set_workers_cpu_affinity)
     pump_inbox: bool = False         # read the inbox through a QueuePump: it must never hang on a locked queue
@@ -122,6 +127,18 @@ def resolve_device(cfg: Any, warn: bool = False) -> torch.device:
     return device
 
 
+def rank_device(cfg: Any, ranks: Any) -> str:
+    """The device of this rank's learner and policy workers: :func:`resolve_device`'s for a single rank;
+    with several ranks, GPU ``LOCAL_RANK`` of this node (one GPU per rank; more ranks on a node than GPUs
+    is a ConfigError) or the CPU (:func:`sfx.engine.ranks.check_devices`)."""
+    if ranks is None or not ranks.is_distributed:
+        return resolve_device(cfg).type
+    from sfx.engine.ranks import check_devices
+
+    gpus = torch.cuda.device_count() if cfg.device == "gpu" and torch.cuda.is_available() else 0
+    return check_devices(ranks, cfg.device, gpus)
+
+
 def learner_threads(cfg: Any, obs_ndim: int) -> int:
     """Torch threads for a learner (``--learner_main_loop_num_cores``, 0 = auto). On the CPU a
     convolutional learner gets the cores the rollout workers (one pinned per core) leave free, at
@@ -144,7 +161,8 @@ def probe_env(cfg: Any) -> EnvInfo:
     env = make_env(cfg, {"worker_index": -1, "vector_index": 0, "env_id": -1})
     try:
         shaping = env.get_reward_shaping() if hasattr(env, "get_reward_shaping") else None
-        return EnvInfo(env.observation_space, env.action_space, env.num_agents, shaping or None)
+        tasks = tuple(str(t) for t in (getattr(env, "task_names", None) or ()))
+        return EnvInfo(env.observation_space, env.action_space, env.num_agents, shaping or None, tasks)
     finally:
         env.close()
 
@@ -168,7 +186,7 @@ def _seeded_model(w: Wiring, policy: int):
 
     if w.cfg.seed is not None:
         torch.manual_seed(w.cfg.seed * 1000 + policy)
-    return create_actor_critic(w.cfg, w.env_info.observation_space, w.env_info.action_space)
+    return create_actor_critic(w.cfg, w.env_info.observation_space, w.env_info.action_space, w.env_info.num_tasks)
 
 
 def build_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
@@ -190,7 +208,7 @@ def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     policy, ``num_workers`` rollout workers. Learners first: they publish the weights the policy
     workers wait for."""
     cfg = w.cfg
-    device = resolve_device(cfg).type
+    device = rank_device(cfg, w.ranks)
     threads = learner_threads(cfg, max_obs_ndim(w.env_info.observation_space))
     specs = [ComponentSpec("learner", p, p, build_learner, w.learner_queues[p], w.learner_control[p], device,
                            threads, pump_inbox=True, heartbeat_deadline=False, restartable=False)

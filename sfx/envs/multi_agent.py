@@ -20,6 +20,21 @@ class MultiAgentEnv:
         num_agents: agents in the env (fixed for its lifetime).
         observation_space: one agent's observation space.
         action_space: one agent's action space.
+
+    Tasks (optional; multi-task training, e.g. PopArt's per-task value normalisation): an env of a
+    training with several tasks has
+
+        task_names: ``tuple[str, ...]``, every task of the training in task-id order, the same on
+            every env made from the same cfg (the engine reads it once, from the probe env). Names
+            are env names as a user types them (``atari_pong``, ``dmlab_rooms_watermaze``), made
+            unique where two tasks would share one (``gym_CartPole-v1_x1000``, ``atari_pong_2``),
+            without spaces or slashes (they appear in TensorBoard tags ``task/<name>/...``).
+        task_id: ``int`` in ``[0, len(task_names))``, this env's task, fixed for its whole life (every
+            agent, every episode). The engine reads it when the env is made; the same
+            ``worker_index`` / ``vector_index`` must give the same task again (a crashed env is re-made).
+
+    Without ``task_names``, or with one name, the training has a single task (id 0). Examples:
+    ``--env=multitask`` (:mod:`sfx.envs.multitask`) and ``--env=dmlab_30``.
     """
 
     num_agents: int = 1

@@ -15,6 +15,10 @@ Registering your own family (before parsing the command line)::
 One env under one exact name (no prefix matching)::
 
     register_env("my_gridworld", make_my_env)   # --env=my_gridworld, and nothing else
+
+A composite env is made of other envs that its own flags name (``--env=multitask
+--multitask_envs=atari_pong,atari_breakout``): its ``compose_fn`` reads those flags and returns a
+:class:`Composition`; the parser then adds the flags and default overrides of the named envs' families.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import importlib
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import gymnasium
 
@@ -40,6 +44,20 @@ AddParamsFn = Callable[[argparse.ArgumentParser], None]
 ValidateFn = Callable[[argparse.Namespace], None]
 
 
+class Composition(NamedTuple):
+    """What a composite env (one made of other envs, e.g. ``multitask``) is made of, as its flags say."""
+
+    # the envs it is made of: their families' flags and default overrides join the parser (where two
+    # of them set different defaults for one flag, the first listed env's default holds)
+    env_names: tuple[str, ...]
+    # the composite's own defaults on top of those (they show in --help; the user can override them)
+    default_overrides: dict
+
+
+# (the values of the flags known so far: the trainer's and the composite family's own) -> Composition
+ComposeFn = Callable[[argparse.Namespace], Composition]
+
+
 @dataclass(frozen=True)
 class EnvFamily:
     """One registered family of envs."""
@@ -51,6 +69,8 @@ class EnvFamily:
     validate_fn: ValidateFn | None = None
     # True: ``prefix`` is one whole env name (register_env), matched only by that exact name
     exact: bool = False
+    # a composite env's hook (see :class:`Composition`); None for an env made of no other envs
+    compose_fn: ComposeFn | None = None
 
     def defaults_for(self, env_name: str) -> dict:
         """The flag defaults this family sets for ``env_name`` (a copy)."""
@@ -72,13 +92,17 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "dmlab_": "sfx.envs.dmlab",
     "mujoco_": "sfx.envs.mujoco",
 }
+# whole env name -> module whose import (then ``register_family()``) registers it with register_env
+BUILTIN_ENVS: dict[str, str] = {
+    "multitask": "sfx.envs.multitask",
+}
 
 _families: dict[str, EnvFamily] = {}
 
 
 def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
                         default_overrides: DefaultOverrides | None = None,
-                        validate_fn: ValidateFn | None = None) -> None:
+                        validate_fn: ValidateFn | None = None, compose_fn: ComposeFn | None = None) -> None:
     """Register (or replace) the family of envs whose names start with ``prefix``.
 
     Args:
@@ -90,17 +114,19 @@ def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddP
             a function ``env_name -> {flag: default}`` for defaults that differ between the family's envs
             (e.g. a reward scale per scenario). Either way they show in ``--help`` and are saved in cfg.json.
         validate_fn: ``(cfg) -> None``, raises :class:`ConfigError` on a bad env name or family flag.
+        compose_fn: for a composite env only: ``(values of the flags known so far) -> Composition``.
     """
     if not prefix or not isinstance(prefix, str):
         raise ValueError(f"an env family prefix must be a non-empty string, got {prefix!r}")
     if prefix in _families:
         log.debug("env family %r registered again: the new one replaces the old", prefix)
     overrides = default_overrides if callable(default_overrides) else dict(default_overrides or {})
-    _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, overrides, validate_fn)
+    _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, overrides, validate_fn, compose_fn=compose_fn)
 
 
 def register_env(env_name: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
-                 default_overrides: dict | None = None, validate_fn: ValidateFn | None = None) -> None:
+                 default_overrides: dict | None = None, validate_fn: ValidateFn | None = None,
+                 compose_fn: ComposeFn | None = None) -> None:
     """Register (or replace) one env under exactly ``env_name`` (``--env=env_name``; no prefix matching).
 
     The arguments are those of :func:`register_env_family`; ``make_env_fn`` gets ``env_name`` as its
@@ -114,7 +140,7 @@ def register_env(env_name: str, make_env_fn: MakeEnvFn, add_params_fn: AddParams
     if (old is not None and not old.exact) or env_name in BUILTIN_FAMILIES:
         raise ValueError(f"env name {env_name!r} is already the prefix of an env family; choose another name")
     _families[env_name] = EnvFamily(env_name, make_env_fn, add_params_fn, dict(default_overrides or {}), validate_fn,
-                                    exact=True)
+                                    exact=True, compose_fn=compose_fn)
 
 
 def unregister_env_family(prefix: str) -> None:
@@ -149,14 +175,20 @@ def ensure_registered(family: EnvFamily) -> None:
 def registered_prefixes() -> list[str]:
     """Every prefix that can be used: registered ones and the (lazily loaded) built-in ones."""
     _import_extra_modules()
-    return sorted(set(_families) | set(BUILTIN_FAMILIES))
+    return sorted(set(_families) | set(BUILTIN_FAMILIES) | set(BUILTIN_ENVS))
+
+
+def _matches(prefix: str, env_name: str) -> bool:
+    if prefix in _families:
+        return _families[prefix].matches(env_name)
+    if prefix in BUILTIN_ENVS:  # not loaded yet
+        return env_name == prefix
+    return env_name.startswith(prefix) and len(env_name) > len(prefix)
 
 
 def find_family(env_name: str) -> EnvFamily:
     """The family of ``env_name`` (longest matching prefix); :class:`ConfigError` if there is none."""
-    candidates = [p for p in registered_prefixes()
-                  if (_families[p].matches(env_name) if p in _families
-                      else env_name.startswith(p) and len(env_name) > len(p))]
+    candidates = [p for p in registered_prefixes() if _matches(p, env_name)]
     if not candidates:
         raise ConfigError(f"--env={env_name} matches no env family; names start with one of: "
                           f"{', '.join(registered_prefixes())}")
@@ -167,7 +199,7 @@ def find_family(env_name: str) -> EnvFamily:
 
 
 def _load_builtin(prefix: str) -> None:
-    module_name = BUILTIN_FAMILIES[prefix]
+    module_name = BUILTIN_FAMILIES.get(prefix) or BUILTIN_ENVS[prefix]
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

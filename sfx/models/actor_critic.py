@@ -46,10 +46,12 @@ import torch.nn as nn
 
 from sfx.algo.distributions import LOG_STD_MAX, LOG_STD_MIN, action_params_size, action_shape
 from sfx.algo.normalizers import RunningMeanStd
+from sfx.algo.popart import select_task_values
 from sfx.cfg import ConfigError
 from sfx.models.cores import make_core
 from sfx.models.encoders import DictEncoder, chw_shape, init_weights, is_channels_last, make_builtin_encoder
 from sfx.models.obs import BOX_KEY, as_obs_dict, map_obs, obs_spec
+from sfx.models.popart import PopArt
 from sfx.models.registry import resolve_encoder
 
 
@@ -79,10 +81,12 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space,
-                 encoder: nn.Module | None = None):
+                 encoder: nn.Module | None = None, num_tasks: int = 1):
         """``encoder``: a ready-made encoder for the shared trunk instead of the one ``cfg`` names
-        (shared weights only: separate trunks each build their own)."""
+        (shared weights only: separate trunks each build their own). ``num_tasks``: the env's tasks; with
+        ``cfg.popart`` the value head has one output per task."""
         super().__init__()
+        self.num_tasks = int(num_tasks)
         self.obs_space = obs_space
         self.action_space = action_space
         self.dict_obs = isinstance(obs_space, gym.spaces.Dict)
@@ -128,9 +132,11 @@ class ActorCritic(nn.Module):
         else:
             self.obs_normalizer = normalizers.get(BOX_KEY)
             self.key_normalizers = nn.ModuleDict()
-        # returns are not clipped: a clipped target would cap what the critic can learn
+        # returns are not clipped: a clipped target would cap what the critic can learn. PopArt replaces it.
+        self.popart: PopArt | None = (
+            PopArt(self.num_tasks, float(cfg.popart_beta), float(cfg.popart_clip_min)) if cfg.popart else None)
         self.returns_normalizer: RunningMeanStd | None = (
-            RunningMeanStd((), clip=None) if cfg.normalize_returns else None)
+            RunningMeanStd((), clip=None) if cfg.normalize_returns and self.popart is None else None)
 
         # Construction order (encoder, core, heads) is kept as before these options existed, so a
         # seeded shared-weights model starts from the same weights.
@@ -168,7 +174,7 @@ class ActorCritic(nn.Module):
             self.action_log_std = nn.Parameter(torch.full((action_shape(action_space),), math.log(initial_stddev)))
         else:
             self.action_head = nn.Linear(actor_features, self.action_params_size)
-        self.value_head = nn.Linear(critic_features, 1)
+        self.value_head = nn.Linear(critic_features, self.num_tasks if self.popart is not None else 1)
         # The heads are initialised like the encoder (--policy_initialization, --policy_init_gain: orthogonal,
         # gain 1, as in Sample Factory). A near-uniform policy head (orthogonal gain 0.01, as "What matters in
         # on-policy RL" advises for separate policy and value networks) starves the shared trunk of policy
@@ -265,13 +271,24 @@ class ActorCritic(nn.Module):
                     rows = rows.index_select(0, pick)
                 norm.update(rows, scale=self.obs_scale if kind == "scaled" else 1.0, reduce=reduce)
 
-    def normalize_values(self, v: torch.Tensor) -> torch.Tensor:
-        """Returns in the reward scale -> the value head's scale (identity if disabled)."""
+    def normalize_values(self, v: torch.Tensor, tasks: torch.Tensor | None = None) -> torch.Tensor:
+        """Returns in the reward scale -> the value head's scale (identity if disabled). ``tasks`` (``[B]``,
+        ``v`` is ``[B]`` or ``[B, T]``): each sample's task, for PopArt's per-task statistics (None = task 0)."""
+        if self.popart is not None:
+            return self.popart.normalize(v, tasks)
         return v if self.returns_normalizer is None else self.returns_normalizer.normalize(v)
 
-    def denormalize_values(self, v: torch.Tensor) -> torch.Tensor:
-        """The value head's scale -> the reward scale (identity if disabled)."""
+    def denormalize_values(self, v: torch.Tensor, tasks: torch.Tensor | None = None) -> torch.Tensor:
+        """The value head's scale -> the reward scale (identity if disabled); ``tasks`` as in :meth:`normalize_values`."""
+        if self.popart is not None:
+            return self.popart.denormalize(v, tasks)
         return v if self.returns_normalizer is None else self.returns_normalizer.denormalize(v)
+
+    def _task_values(self, head_out: torch.Tensor, tasks: torch.Tensor | None) -> torch.Tensor:
+        """The value head's ``[N, K]`` outputs -> each sample's own task's ``[N]`` (``tasks``: ``[N]``)."""
+        if head_out.shape[-1] == 1:
+            return head_out.squeeze(-1)
+        return select_task_values(head_out, tasks)
 
     def for_inference(self) -> "ActorCritic":
         """Prepare a model that will only act, never train (policy workers, enjoy): submodules
@@ -309,7 +326,7 @@ class ActorCritic(nn.Module):
         return torch.cat([c.initial_state(batch_size, device).float() for c in cores], dim=1)
 
     def forward_step(self, obs: torch.Tensor | Mapping[str, torch.Tensor],
-                     rnn_states: torch.Tensor) -> dict[str, torch.Tensor]:
+                     rnn_states: torch.Tensor, tasks: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One step for a batch of agents.
 
         Args:
@@ -317,6 +334,7 @@ class ActorCritic(nn.Module):
                 Box observation may also come as ``{"obs": tensor}``).
             rnn_states: ``[B, S]`` state before this step (``S >= 1``; ignored without an RNN); at
                 an episode start, ``initial_rnn_states``.
+            tasks: ``[B]`` each agent's task (PopArt: which value output and statistics); None = task 0.
 
         Returns:
             ``action_params [B, P]``, ``values [B]`` (reward scale), ``values_normalized [B]``,
@@ -331,16 +349,16 @@ class ActorCritic(nn.Module):
             actor_x, new_actor = self.actor_core.forward_step(self.actor_encoder(x), actor_states)
             critic_x, new_critic = self.critic_core.forward_step(self.critic_encoder(x), critic_states)
             new_states = rnn_states if self.rnn_state_size == 0 else torch.cat([new_actor, new_critic], dim=1)
-        values_norm = self.value_head(critic_x).squeeze(-1)
+        values_norm = self._task_values(self.value_head(critic_x), tasks)
         return {
             "action_params": self._action_params(actor_x),
-            "values": self.denormalize_values(values_norm),
+            "values": self.denormalize_values(values_norm, tasks),
             "values_normalized": values_norm,
             "new_rnn_states": new_states,
         }
 
     def forward_sequence(self, obs: torch.Tensor | Mapping[str, torch.Tensor], rnn_init: torch.Tensor,
-                         resets: torch.Tensor) -> dict[str, torch.Tensor]:
+                         resets: torch.Tensor, tasks: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """``T`` steps of ``B`` sequences at once; equals ``T`` calls of ``forward_step``.
 
         Args:
@@ -348,6 +366,7 @@ class ActorCritic(nn.Module):
             rnn_init: ``[B, S]`` state before step 0.
             resets: ``[B, T]`` bool; True: the state before that step is the cores' initial state
                 (episode start), whatever ``rnn_init`` or the previous step hold.
+            tasks: ``[B]`` each sequence's task (see :meth:`forward_step`).
 
         Returns:
             ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``.
@@ -364,15 +383,16 @@ class ActorCritic(nn.Module):
             critic_x = self.critic_core.forward_sequence(self.critic_encoder(x).reshape(B, T, -1), critic_init,
                                                          resets)
             actor_x, critic_x = actor_x.reshape(B * T, -1), critic_x.reshape(B * T, -1)
-        values_norm = self.value_head(critic_x).reshape(B, T)
+        step_tasks = None if tasks is None else tasks.reshape(B, 1).expand(B, T).reshape(B * T)
+        values_norm = self._task_values(self.value_head(critic_x), step_tasks).reshape(B, T)
         return {
             "action_params": self._action_params(actor_x).reshape(B, T, -1),
             "values_normalized": values_norm,
-            "values": self.denormalize_values(values_norm),
+            "values": self.denormalize_values(values_norm, tasks),
         }
 
     def forward_trajectories(self, obs: Mapping[str, torch.Tensor], rnn_states: torch.Tensor, dones: torch.Tensor,
-                             recurrence: int) -> "TrajectoryOutputs":
+                             recurrence: int, tasks: torch.Tensor | None = None) -> "TrajectoryOutputs":
         """A learner minibatch of trajectories, recomputed with the current weights.
 
         Each trajectory is cut into ``T / recurrence`` chunks; a chunk starts from the recurrent
@@ -385,6 +405,7 @@ class ActorCritic(nn.Module):
             rnn_states: ``[B, T + 1, S]`` the state before each step, as stored when acting.
             dones: ``[B, T]`` bool, the episode ended (terminated or truncated) at that step.
             recurrence: chunk length ``R`` (``T`` without an RNN); ``T`` must be a multiple of it.
+            tasks: ``[B]`` each trajectory's task (see :meth:`forward_step`); None = task 0.
 
         Returns:
             ``sfx.algo.appo.TrajectoryOutputs``: ``action_params [B, T, P]``, ``values [B, T]``,
@@ -402,16 +423,17 @@ class ActorCritic(nn.Module):
         seq_init = rnn_states[:, 0:T:R].reshape(chunks, -1)
         # the state before step t is reset when the episode ended at step t - 1
         prev_done = torch.cat([torch.zeros_like(dones[:, :1]), dones[:, :-1]], dim=1)
-        out = self.forward_sequence(seq_obs, seq_init, prev_done.reshape(chunks, R))
+        chunk_tasks = None if tasks is None else tasks.reshape(B, 1).expand(B, T // R).reshape(chunks)
+        out = self.forward_sequence(seq_obs, seq_init, prev_done.reshape(chunks, R), chunk_tasks)
         with torch.no_grad():
-            bootstrap = self.forward_step({k: v[:, T] for k, v in obs.items()}, rnn_states[:, T])["values"]
+            bootstrap = self.forward_step({k: v[:, T] for k, v in obs.items()}, rnn_states[:, T], tasks)["values"]
         return TrajectoryOutputs(action_params=out["action_params"].reshape(B, T, -1),
                                  values=out["values"].reshape(B, T),
                                  values_normalized=out["values_normalized"].reshape(B, T),
                                  bootstrap_values=bootstrap)
 
 
-def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space, num_tasks: int = 1) -> ActorCritic:
     """Build the actor-critic ``cfg`` describes for these spaces.
 
     ``cfg`` is a parsed cfg (``sfx.cfg.parse_args`` or ``sfx.cfg.default_cfg``): the flags' defaults
@@ -420,9 +442,12 @@ def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space)
     ``hidden_size``, ``use_rnn``, ``rnn_type``, ``rnn_num_layers``, ``normalize_input``,
     ``normalize_returns``, ``obs_scale``, ``obs_subtract_mean``, ``nonlinearity``,
     ``policy_initialization``, ``policy_init_gain``, ``actor_critic_share_weights``,
-    ``adaptive_stddev``, ``initial_stddev``, and for the image encoders ``mixed_precision`` and ``device``.
+    ``adaptive_stddev``, ``initial_stddev``, ``popart``, ``popart_beta``, ``popart_clip_min``, and for the
+    image encoders ``mixed_precision`` and ``device``. ``num_tasks``: the env's tasks (PopArt's value outputs).
     """
     hidden = cfg.hidden_size
     if not isinstance(hidden, (int, np.integer)) or hidden < 1:
         raise ConfigError(f"hidden_size {hidden!r} is not valid; allowed: an integer >= 1")
-    return ActorCritic(cfg, obs_space, action_space)
+    if not isinstance(num_tasks, (int, np.integer)) or num_tasks < 1:
+        raise ConfigError(f"num_tasks {num_tasks!r} is not valid; allowed: an integer >= 1")
+    return ActorCritic(cfg, obs_space, action_space, num_tasks=int(num_tasks))

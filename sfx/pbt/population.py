@@ -160,9 +160,13 @@ class PopulationManager:
 
     def objective(self, stats: Any) -> float:
         """A policy's target objective: the mean of ``--pbt_target_objective`` over its recent
-        episodes, else of its reward; NaN before its first finished episode."""
+        episodes, else of its reward; NaN before its first finished episode. ``suite/<score>`` (multi-task:
+        ``suite/hns_mean``, ``suite/hns_median``, ``suite/hns_mean_capped``) ranks by the suite's score."""
         target = self.cfg.pbt_target_objective
-        value = stats.mean(target)
+        if target.startswith("suite/"):
+            value = stats.suite_scores().get(target[len("suite/"):], math.nan)
+        else:
+            value = stats.mean(target)
         return stats.mean("reward") if math.isnan(value) else value
 
     def update(self, policy_stats: list, env_steps: list[int]) -> None:

@@ -8,6 +8,17 @@ sent before the time limit, or by a cluster that preempts) into a call of
 checkpoint and exits), then the job is requeued, and the requeued job resumes the same experiment
 folder. Experiments that finished (their ``done`` file) are never started again.
 
+Several ranks (``--slurm_nodes=N --slurm_tasks_per_node=T``): each experiment's array task is one job
+of N x T tasks (srun starts :class:`ExperimentJob` once per task, with ``--kill-on-bad-exit=1``). Each
+task's trainer inherits its task's srun variables (``SLURM_PROCID``, ``SLURM_STEP_ID``,
+``SLURM_LOCALID`` ...) and so becomes that rank of one training; with GPUs every task is one rank on
+one GPU (``--gpus-per-node=T``, ``--cpus-per-task=--slurm_cpus_per_gpu``). Task 0 owns the runner
+state and the experiment's log; task k writes ``logs/<experiment>.task<k>.log``. On the warning signal
+every task stops its own rank and task 0 requeues the job. A trainer that exits with 75 (another rank
+died or hung) or is killed by a signal makes task 0 requeue the job (at most ``--slurm_max_requeues``
+times per submission): every task starts again and resumes from rank 0's checkpoint. Any other error
+fails the experiment. See :mod:`sfx_runner.slurm.job`.
+
 Before anything is submitted, the partition and the resources asked for are checked against what
 ``sinfo`` reports, so that a typo fails at once instead of leaving a job pending forever.
 
@@ -15,7 +26,9 @@ Files of a run (besides the experiments' own folders)::
 
     <train_dir>/<run_name>/.runner/
         <experiment>.json       runner state: queued / running / finished / failed, the Slurm job id
-        logs/<experiment>.log   the experiment's stdout + stderr, one header line per attempt
+        logs/<experiment>.log   the experiment's stdout + stderr, one header line per attempt (task 0)
+        logs/<experiment>.task<k>.log   the same for task k > 0 of a multi-task job
+        tasks/<experiment>/task<k>.json  each task's last trainer outcome (multi-task jobs)
         slurm/<job id>/         submitit's pickles and the job's own stdout/stderr (--slurm_workdir)
         slurm_jobs.txt          every job array submitted for this run
         scancel.sh              cancels all of them
@@ -36,6 +49,7 @@ import contextlib
 import io
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -47,8 +61,10 @@ from sfx_runner.run_description import ExperimentSpec, RunDescription, resolve_i
 from sfx_runner.slurm.cluster import (UNUSABLE_NODE_STATES, NodeInfo, PartitionInfo, _describe_nodes, _run,
                                       gpus_in_gres, query_partitions)
 from sfx_runner.slurm.flags import RESERVED_SBATCH_OPTIONS, SbatchTemplate, parse_sbatch_template, parse_timeout_min
-from sfx_runner.slurm.job import (CODE_ROOT_VAR, LOG_TAIL_LINES, ExperimentFailed, ExperimentJob, _child_signals,
-                                  _current_job_id, _experiment_env, _preemption_signal, tail_lines)
+from sfx_runner.slurm.job import (CODE_ROOT_VAR, DEFAULT_MAX_REQUEUES, LOG_TAIL_LINES, RESUME_EXIT_CODE,
+                                  ExperimentFailed, ExperimentJob, TaskPlace, _child_signals, _current_job_id,
+                                  _experiment_env, _preemption_signal, current_task, read_task_records,
+                                  tail_lines, task_log_path)
 from sfx_runner.slurm.resources import DEFAULT_TIMEOUT_MIN, JobResources, check_resources
 from sfx_runner.slurm.watch import _expand_array_id, _user, queued_job_ids, sacct_states
 from sfx_runner.state import experiment_finished, log_path, process_runs_experiment, read_state, runner_dir, write_state
@@ -64,9 +80,23 @@ class SlurmBackend(Backend):
     def add_args(cls, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("slurm runner (--runner=slurm)")
         g.add_argument("--slurm_gpus_per_job", type=int, default=1,
-                       help="GPUs per experiment (one experiment = one array task); 0 for CPU-only jobs")
+                       help="GPUs per experiment (one experiment = one array task); 0 for CPU-only jobs. With "
+                            "several tasks (--slurm_nodes / --slurm_tasks_per_node) each task is one rank on one "
+                            "GPU: 1 (or the job's total, nodes x tasks per node) asks for one GPU per task, 0 for "
+                            "none")
         g.add_argument("--slurm_cpus_per_gpu", type=int, default=16,
-                       help="CPUs per GPU of a job; with --slurm_gpus_per_job=0 the CPUs per job")
+                       help="CPUs per GPU of a job; with --slurm_gpus_per_job=0 the CPUs per job; with several "
+                            "tasks the CPUs per task (= per rank)")
+        g.add_argument("--slurm_nodes", type=int, default=1,
+                       help="nodes per experiment: with --slurm_tasks_per_node, each experiment is one job of "
+                            "nodes x tasks per node tasks, each task one rank of one training (srun)")
+        g.add_argument("--slurm_tasks_per_node", type=int, default=1,
+                       help="tasks (= ranks, one GPU each when GPUs are asked for) per node of each experiment's job")
+        g.add_argument("--slurm_max_requeues", type=int, default=DEFAULT_MAX_REQUEUES,
+                       help="requeue an experiment's job at most this many times per submission when its trainer "
+                            "exits with 75 (another rank died or hung) or is killed by a signal; each requeue "
+                            "restarts every task, which resumes from rank 0's checkpoint. Time limits and "
+                            "preemptions do not count")
         g.add_argument("--slurm_partition", default=None,
                        help="partition to submit to; none = the cluster's default partition")
         g.add_argument("--slurm_timeout", default="0",
@@ -96,23 +126,24 @@ class SlurmBackend(Backend):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
         for flag, low in (("slurm_gpus_per_job", 0), ("slurm_cpus_per_gpu", 1), ("slurm_signal_delay_sec", 0),
-                          ("slurm_max_parallel", 0), ("slurm_max_timeouts", 0)):
+                          ("slurm_max_parallel", 0), ("slurm_max_timeouts", 0), ("slurm_nodes", 1),
+                          ("slurm_tasks_per_node", 1), ("slurm_max_requeues", 0)):
             value = getattr(args, flag)
-            if not isinstance(value, int) or value < low:
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise RunnerError(f"--{flag}={value!r}: must be an integer >= {low}")
-        gpus = args.slurm_gpus_per_job
-        self.resources = JobResources(
-            partition=args.slurm_partition or None,
-            cpus=args.slurm_cpus_per_gpu * max(gpus, 1),
-            gpus=gpus,
-            timeout_min=parse_timeout_min(args.slurm_timeout),
-            signal_delay_sec=args.slurm_signal_delay_sec,
-            max_parallel=args.slurm_max_parallel,
-        )
+        self.resources = job_resources(args)
         self.template = (parse_sbatch_template(args.slurm_sbatch_template) if args.slurm_sbatch_template
                          else SbatchTemplate())
         self.wait = bool(getattr(args, "slurm_wait", False))
         self.poll_sec = 2.0
+
+    def _tasks_line(self) -> str:
+        res = self.resources
+        gpu = "its node's GPU cuda:<local rank>" if res.gpus else "the CPU"
+        return (f"  srun: {res.tasks} tasks per experiment ({res.nodes} node(s) x {res.tasks_per_node}), "
+                f"--kill-on-bad-exit=1; task i is rank i of the training (SLURM_PROCID) on {gpu}; rank 0 keeps "
+                f"the checkpoints, task k>0 logs to .runner/logs/<experiment>.task<k>.log; "
+                f"up to {self.args.slurm_max_requeues} requeue(s) when a rank is lost")
 
     def _workdir(self, specs: list[ExperimentSpec]) -> Path:
         if self.args.slurm_workdir:
@@ -128,13 +159,15 @@ class SlurmBackend(Backend):
         print(f"[runner] slurm dry run: run {run.run_name!r}, {len(specs)} experiments as one job array "
               f"(nothing submitted)")
         print(f"  sbatch: {self.resources.describe(len(specs))} job-name={run.run_name}")
+        if self.resources.tasks > 1:
+            print(self._tasks_line())
         for option, value in self.template.directives.items():
             print(f"  sbatch (template): --{option}" + ("" if value is True else f"={value}"))
         for line in self.template.setup:
             print(f"  setup (template): {line}")
         print(f"  submitit folder: {self._workdir(specs)}")
         for i, spec in enumerate(specs):
-            print(f"  task {i}: {spec.name}: {format_command(spec, resolve_interpreter(spec.argv))}")
+            print(f"  array task {i}: {spec.name}: {format_command(spec, resolve_interpreter(spec.argv))}")
 
     # -- launch
 
@@ -162,12 +195,16 @@ class SlurmBackend(Backend):
         jobs = self._submit(todo, run, partition, timeout_min)
         array_id = jobs[0].job_id.split("_")[0]
         for spec, job in zip(todo, jobs, strict=True):
+            # each submission gets --slurm_max_requeues requeues afresh
             write_state(spec, state="queued", backend="slurm", job_id=job.job_id, pid=None, returncode=None,
-                        slurm_folder=str(job.paths.folder))
+                        slurm_folder=str(job.paths.folder), tasks=self.resources.tasks, requeues=0, message=None,
+                        failed_task=None)
         scancel = self._write_scancel_script(todo[0], run, array_id, len(todo))
         what = f"job array {array_id}" if len(todo) > 1 else f"job {array_id}"
         print(f"[runner] slurm: submitted {len(todo)} experiment(s) of run {run.run_name!r} as {what} "
               f"on partition {partition} ({timeout_min} min per job)")
+        if self.resources.tasks > 1:
+            print(self._tasks_line().replace("  srun:", "[runner] each job:", 1))
         for spec, job in zip(todo, jobs, strict=True):
             print(f"  {job.job_id}: {spec.name}")
         print(f"[runner] cancel them all with: {scancel}")
@@ -186,16 +223,39 @@ class SlurmBackend(Backend):
             raise RunnerError("the slurm runner needs submitit: pip install submitit") from None
         workdir = self._workdir(specs)
         workdir.mkdir(parents=True, exist_ok=True)
-        res = self.resources
         try:
             executor = submitit.SlurmExecutor(folder=workdir / "%j", max_num_timeout=self.args.slurm_max_timeouts)
         except RuntimeError as e:  # no srun on PATH
             raise RunnerError(f"the slurm runner cannot submit from here: {e}") from None
+        executor.update_parameters(**self.submitit_parameters(len(specs), run, partition, timeout_min))
+        cwd = os.getcwd()
+        try:
+            # submitit prints sbatch's complaints to stderr and also raises them: keep only the error
+            with contextlib.redirect_stderr(io.StringIO()), executor.batch():
+                futures = [executor.submit(self._job(s, cwd)) for s in specs]
+        except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError, OSError) as e:
+            # sbatch's refusal comes back as a submitit error carrying sbatch's stderr
+            raise RunnerError(f"sbatch refused the job array of run {run.run_name!r}: {str(e).strip()}") from None
+        return futures
+
+    def submitit_parameters(self, count: int, run: RunDescription, partition: str | None,
+                            timeout_min: int) -> dict[str, Any]:
+        """The parameters of ``submitit.SlurmExecutor.update_parameters`` for a job array of ``count``
+        experiments: what the sbatch script and its srun line say."""
+        res = self.resources
         params: dict[str, Any] = dict(
             job_name=run.run_name, partition=partition, time=timeout_min, cpus_per_task=res.cpus,
-            signal_delay_s=res.signal_delay_sec, array_parallelism=res.max_parallel or len(specs),
+            signal_delay_s=res.signal_delay_sec, array_parallelism=res.max_parallel or count,
             stderr_to_stdout=True,
         )
+        if res.tasks > 1:
+            params["nodes"] = res.nodes
+            params["ntasks_per_node"] = res.tasks_per_node
+            # a task that ends with an error (a trainer's real failure) ends every task at once instead
+            # of leaving the other ranks waiting for it; a lost rank does not end its task (see job.py)
+            params["srun_args"] = ["--kill-on-bad-exit=1"]
+        if partition is None:
+            del params["partition"]
         if res.gpus:
             params["gpus_per_node"] = res.gpus
         if self.template.directives:
@@ -205,19 +265,26 @@ class SlurmBackend(Backend):
         code_root = shlex.quote(str(Path(__file__).resolve().parents[2]))
         params["setup"] = [*self.template.setup, f"export {CODE_ROOT_VAR}={code_root}",
                            f"export PYTHONPATH={code_root}${{PYTHONPATH:+:$PYTHONPATH}}"]
-        executor.update_parameters(**params)
+        return params
+
+    def sbatch_script(self, specs: list[ExperimentSpec], run: RunDescription, partition: str | None,
+                      timeout_min: int, python: str = sys.executable) -> str:
+        """The sbatch script submitit writes for this run's job array (its srun line included), made
+        without a cluster by submitit's own function (for the golden files and for reading)."""
+        from submitit.slurm.slurm import _make_sbatch_string
+
+        folder = self._workdir(specs) / "%j"
+        command = " ".join([shlex.quote(python), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+        params = self.submitit_parameters(len(specs), run, partition, timeout_min)
+        return _make_sbatch_string(command=command, folder=folder, map_count=len(specs) if len(specs) > 1 else None,
+                                   **params)
+
+    def _job(self, spec: ExperimentSpec, cwd: str) -> ExperimentJob:
+        res = self.resources
         # the trainer gets what it needs to save its checkpoint; keep some for requeueing
         stop_timeout = max(5.0, res.signal_delay_sec - min(30.0, res.signal_delay_sec / 4))
-        cwd = os.getcwd()
-        try:
-            # submitit prints sbatch's complaints to stderr and also raises them: keep only the error
-            with contextlib.redirect_stderr(io.StringIO()), executor.batch():
-                futures = [executor.submit(ExperimentJob(s, resolve_interpreter(s.argv), cwd, stop_timeout))
-                           for s in specs]
-        except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError, OSError) as e:
-            # sbatch's refusal comes back as a submitit error carrying sbatch's stderr
-            raise RunnerError(f"sbatch refused the job array of run {run.run_name!r}: {str(e).strip()}") from None
-        return futures
+        return ExperimentJob(spec, resolve_interpreter(spec.argv), cwd, stop_timeout,
+                             max_requeues=self.args.slurm_max_requeues)
 
     def _write_scancel_script(self, spec: ExperimentSpec, run: RunDescription, array_id: str, count: int) -> Path:
         folder = runner_dir(spec)
@@ -278,13 +345,41 @@ class SlurmBackend(Backend):
             if state.get("state") not in ("failed", "interrupted"):
                 # the job died before it could say so itself (killed, node failure, time limit)
                 write_state(spec, state="failed")
+            failed_task = state.get("failed_task") or 0
+            log = task_log_path(spec, failed_task)
+            why = f"; {state['message']}" if state.get("message") else ""
             print(f"[runner] {spec.name}: FAILED (job {job_id}: Slurm state {slurm_state}, exit code "
-                  f"{state.get('returncode') if state.get('returncode') is not None else exit_code}); "
-                  f"last lines of {log_path(spec)}:")
-            for line in tail_lines(log_path(spec)):
+                  f"{state.get('returncode') if state.get('returncode') is not None else exit_code}{why}); "
+                  f"last lines of {log}:")
+            for line in tail_lines(log):
                 print(f"    {line}")
         print(f"[runner] slurm: {len(specs) - failures}/{len(specs)} finished, {failures} failed")
         return 1 if failures else 0
+
+
+def job_resources(args: argparse.Namespace) -> JobResources:
+    """What each experiment's job asks for, from the (range-checked) flags.
+
+    One task: ``--slurm_gpus_per_job`` GPUs and ``--slurm_cpus_per_gpu`` CPUs per GPU (per job for 0 GPUs).
+    Several tasks (``--slurm_nodes`` x ``--slurm_tasks_per_node`` > 1): every task is one rank of the
+    training on one GPU of its node, so GPUs per node = tasks per node (or none with
+    ``--slurm_gpus_per_job=0``) and CPUs per task = ``--slurm_cpus_per_gpu``.
+
+    Raises:
+        RunnerError: with several tasks, a GPU count that is neither 0, 1 nor one per task of the job.
+    """
+    gpus, nodes, per_node = args.slurm_gpus_per_job, args.slurm_nodes, args.slurm_tasks_per_node
+    tasks = nodes * per_node
+    if tasks > 1 and gpus not in (0, 1, tasks):
+        raise RunnerError(f"--slurm_gpus_per_job={gpus} with --slurm_nodes={nodes} x --slurm_tasks_per_node="
+                          f"{per_node}: each task is one rank on one GPU, so use 1 (one GPU per task), {tasks} "
+                          f"(the job's total, the same) or 0 (CPU-only ranks)")
+    common = dict(partition=args.slurm_partition or None, timeout_min=parse_timeout_min(args.slurm_timeout),
+                  signal_delay_sec=args.slurm_signal_delay_sec, max_parallel=args.slurm_max_parallel)
+    if tasks == 1:
+        return JobResources(cpus=args.slurm_cpus_per_gpu * max(gpus, 1), gpus=gpus, **common)
+    return JobResources(cpus=args.slurm_cpus_per_gpu, gpus=per_node if gpus else 0, nodes=nodes,
+                        tasks_per_node=per_node, **common)
 
 
 def _finished(spec: ExperimentSpec) -> bool:
@@ -294,8 +389,9 @@ def _finished(spec: ExperimentSpec) -> bool:
 
 
 __all__ = [
-    "CODE_ROOT_VAR", "DEFAULT_TIMEOUT_MIN", "LOG_TAIL_LINES", "RESERVED_SBATCH_OPTIONS", "UNUSABLE_NODE_STATES",
-    "ExperimentFailed", "ExperimentJob", "JobResources", "NodeInfo", "PartitionInfo", "SbatchTemplate", "SlurmBackend",
-    "check_resources", "gpus_in_gres", "parse_sbatch_template", "parse_timeout_min", "query_partitions",
-    "queued_job_ids", "sacct_states", "tail_lines",
+    "CODE_ROOT_VAR", "DEFAULT_MAX_REQUEUES", "DEFAULT_TIMEOUT_MIN", "LOG_TAIL_LINES", "RESERVED_SBATCH_OPTIONS",
+    "RESUME_EXIT_CODE", "UNUSABLE_NODE_STATES", "ExperimentFailed", "ExperimentJob", "JobResources", "NodeInfo",
+    "PartitionInfo", "SbatchTemplate", "SlurmBackend", "TaskPlace", "check_resources", "current_task",
+    "gpus_in_gres", "job_resources", "parse_sbatch_template", "parse_timeout_min", "query_partitions",
+    "queued_job_ids", "read_task_records", "sacct_states", "tail_lines", "task_log_path",
 ]

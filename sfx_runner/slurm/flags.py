@@ -18,6 +18,8 @@ RESERVED_SBATCH_OPTIONS = {
     "cpus-per-task": "--slurm_cpus_per_gpu", "cpus-per-gpu": "--slurm_cpus_per_gpu",
     "gpus-per-node": "--slurm_gpus_per_job", "gpus": "--slurm_gpus_per_job", "gpus-per-task": "--slurm_gpus_per_job",
     "signal": "--slurm_signal_delay_sec", "array": "--slurm_max_parallel",
+    "nodes": "--slurm_nodes", "ntasks-per-node": "--slurm_tasks_per_node",
+    "ntasks": "--slurm_nodes and --slurm_tasks_per_node",
     "output": "--slurm_workdir", "error": "--slurm_workdir", "open-mode": None,
     "job-name": "the run's name",
 }
@@ -68,8 +70,8 @@ def parse_sbatch_template(path: str | os.PathLike) -> SbatchTemplate:
       ``export NCCL_DEBUG=WARN``;
     * comments (``#`` not followed by ``SBATCH``) and blank lines, ignored.
 
-    The options the backend sets from its own flags (partition, time, cpus, gpus, signal, array,
-    output, job name) are refused: use the ``--slurm_*`` flags for them.
+    The options the backend sets from its own flags (partition, time, cpus, gpus, nodes, tasks, signal,
+    array, output, job name) are refused: use the ``--slurm_*`` flags for them.
 
     Raises:
         RunnerError: a missing file, a short option (``-A``), an option the backend sets itself.

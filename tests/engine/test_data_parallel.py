@@ -16,7 +16,9 @@ N, T, STEPS = 8, 8, 3
 @pytest.mark.parametrize("overrides", [
     dict(use_rnn=True, with_vtrace=True),
     dict(use_rnn=False, with_vtrace=False, exploration_loss="entropy"),
-], ids=["gru_vtrace", "mlp_gae"])
+    # PopArt: the per-task statistics move by every rank's targets, the head rescaled alike everywhere
+    dict(use_rnn=False, with_vtrace=True, popart=True, popart_beta=0.2, num_tasks=3),
+], ids=["gru_vtrace", "mlp_gae", "popart_3_tasks"])
 def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, overrides):
     overrides = dict(overrides, rollout=T, recurrence=4, batch_size=N * T)
     mp.spawn(rank_main, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), overrides, N, T, STEPS), nprocs=2,
@@ -24,7 +26,8 @@ def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, o
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
 
     cfg, model = _setup(str(tmp_path), **overrides)
-    assert cfg.normalize_returns  # the returns normalizer's statistics are reduced over ranks too
+    # the returns normalizer's (or PopArt's) statistics are reduced over ranks too
+    assert cfg.normalize_returns and (model.returns_normalizer is not None or model.popart is not None)
     optimizer = make_optimizer(cfg, model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     for step in range(STEPS):
@@ -33,6 +36,8 @@ def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, o
         assert halves[0] != halves[1] or step > 0  # the ranks' shares of valid samples differ
         learning_step(model, optimizer, mb, valids, cfg)
 
+    if model.popart is not None:  # every task's statistics moved (both halves hold every task)
+        assert bool((model.popart.mu != 0).all()) and torch.equal(ranks[0]["popart.mu"], ranks[1]["popart.mu"])
     for name, value in model.state_dict().items():
         assert torch.equal(ranks[0][name], ranks[1][name]), f"{name} differs between the ranks"
         torch.testing.assert_close(ranks[0][name], value, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")

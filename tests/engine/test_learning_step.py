@@ -18,14 +18,14 @@ from sfx.engine.learner import Learner, NonFiniteBatch, learning_step, make_opti
 from sfx.models import create_actor_critic
 
 
-def _setup(tmp_path, **overrides):
+def _setup(tmp_path, num_tasks=1, **overrides):
     base = dict(rollout=8, recurrence=4, batch_size=32, hidden_size=16, device="cpu", reward_clip=2.0,
                 train_dir=str(tmp_path))
     base.update(overrides)
     cfg = default_cfg(**base)
     info = probe_env(cfg)
     torch.manual_seed(0)
-    model = create_actor_critic(cfg, info.observation_space, info.action_space).train()
+    model = create_actor_critic(cfg, info.observation_space, info.action_space, num_tasks=num_tasks).train()
     return cfg, model
 
 
@@ -44,7 +44,8 @@ def _batch(model, n, T, seed):
               values=torch.randn(n, T, generator=g), rewards=torch.randn(n, T, generator=g) * 3,
               terminated=torch.rand(n, T, generator=g) < 0.1, truncated=torch.rand(n, T, generator=g) < 0.05,
               trunc_values=torch.randn(n, T, generator=g), policy_versions=torch.zeros(n, T, dtype=torch.long),
-              active=torch.ones(n, T, dtype=torch.bool))
+              active=torch.ones(n, T, dtype=torch.bool),
+              task=torch.arange(n) % model.num_tasks)  # trajectories of every task in turn
     return mb, torch.rand(n, T, generator=g) < 0.85
 
 

@@ -283,3 +283,21 @@ def test_module_itself_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "single False"
+
+
+def test_a_rank_bound_to_its_own_gpu_by_the_launcher_uses_it():
+    """srun --gpus-per-task=1: every task sees one GPU (CUDA_VISIBLE_DEVICES=<its own>) whatever its local
+    rank; without such a binding one GPU for four ranks is refused."""
+    info = detect_ranks(TORCHRUN_2x4_RANK5)
+    assert check_devices(info, "gpu", cuda_device_count=1, environ={"CUDA_VISIBLE_DEVICES": "3"}) == "cuda:0"
+    with pytest.raises(ConfigError, match=r"4 ranks on this node but only 1 GPU\(s\) visible"):
+        check_devices(info, "gpu", cuda_device_count=1, environ={})
+
+
+def test_each_rank_s_components_get_the_rank_s_device():
+    from sfx.cfg import default_cfg
+    from sfx.engine.wiring import rank_device
+
+    info = detect_ranks(TORCHRUN_2x4_RANK5)
+    assert rank_device(default_cfg(device="cpu"), info) == "cpu"
+    assert rank_device(default_cfg(device="cpu"), None) == "cpu"

@@ -130,7 +130,9 @@ def test_a_rank_started_with_other_flags_is_refused_by_name_before_any_worker_st
     assert "sfx: error: rank 1 was started with other flags than rank 0: --learning_rate=0.002 (rank 0: 0.001)" in err1
     for log_file in (tmp_path / "flags" / "sf_log.txt", tmp_path / "flags" / "rank_1" / "sf_log.txt"):
         text = log_file.read_text() if log_file.exists() else ""
-        assert "rollout_worker" not in text and "learner" not in text, text[-2000:]
+        # nothing was wired (no shared memory allocated) and no component process ever logged
+        assert "trajectory slots" not in text and "][rollout_worker_" not in text and "][learner_" not in text, \
+            text[-2000:]
     assert not (tmp_path / "flags" / "cfg.json").exists()  # nothing saved into the experiment
 
 

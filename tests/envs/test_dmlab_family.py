@@ -317,3 +317,36 @@ def test_standin_raises_like_deepmind_lab_on_misuse(lab):
     assert env.close() is True and env.close() is False
     with pytest.raises(RuntimeError):
         env.action_spec()
+
+
+def test_dmlab30_envs_carry_task_names_and_ids(lab):
+    from sfx.envs.dmlab import DMLAB30_LEVELS
+
+    names = tuple("dmlab_" + level for level in DMLAB30_LEVELS)
+    by_worker = cfg_of("dmlab_30", num_workers=30, num_envs_per_worker=2)
+    for w, v, task in [(0, 0, 0), (0, 1, 0), (3, 1, 3), (29, 0, 29), (31, 1, 1)]:
+        env = make_env(by_worker, {"worker_index": w, "vector_index": v, "env_id": w * 2 + v})
+        assert env.task_names == names and env.task_id == task
+        assert env.env.level == DMLAB30_LEVELS[task]
+        env.close()
+    by_env = cfg_of("dmlab_30", num_workers=2, num_envs_per_worker=16, dmlab30_level_assignment="env")
+    ids = [make_env(by_env, {"worker_index": w, "vector_index": v, "env_id": w * 16 + v}).task_id
+           for w in range(2) for v in range(16)]
+    assert ids == list(range(30)) + [0, 1]
+    # held-out test levels: their names in the task list, at the _train levels' ids
+    test_env = make_env(cfg_of("dmlab_30", dmlab_use_test_levels=True), {"worker_index": 1, "env_id": 1})
+    assert test_env.task_id == 1 and test_env.task_names[1] == "dmlab_rooms_exploit_deferred_effects_test"
+    assert test_env.task_names[0] == "dmlab_rooms_collect_good_objects_test" and len(test_env.task_names) == 30
+    assert test_env.task_names[2:] == names[2:]
+    # a single level is a single task: no task protocol
+    single = make_env(cfg_of("dmlab_rooms_watermaze"))
+    assert not hasattr(single, "task_names") and not hasattr(single, "task_id")
+
+
+def test_help_lists_the_dmlab_flags(capsys):
+    # a bare '%' in a help string made argparse's --help raise ValueError
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--env=dmlab_30", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--dmlab30_level_assignment" in out and "DMLAB30_LEVELS[worker_index % 30]" in out

@@ -3,10 +3,17 @@
 Fast tests: flag and template parsing, the fail-fast checks against made-up partitions, ``sinfo``
 parsing (a stand-in ``sinfo``), the dry run and the job callable run outside Slurm.
 
+Fast tests of multi-task jobs (--slurm_nodes / --slurm_tasks_per_node): flags, per-node checks, the
+sbatch script against golden files (tests/runner/golden/; SFX_UPDATE_GOLDEN=1 rewrites them), and
+the job callable as task 0 or task 1 of a step (srun's variables set by hand, stand-in scontrol and
+scancel): logs per task, requeue on exit code 75 / a killed trainer, bounded, no requeue on errors.
+
 Slow tests: against a REAL single-node Slurm cluster on this machine (scripts/local_slurm/start.sh,
 root on Debian): a sweep to completion with a failing experiment, a job preempted (SIGTERM + the
 warning signal) that checkpoints, requeues and resumes, a job that reaches its time limit and
-resumes, GPUs / template / exact argv on the node, the fail-fast errors, relaunch and scancel.sh.
+resumes, GPUs / template / exact argv on the node, the fail-fast errors, relaunch and scancel.sh;
+one training as 2 srun tasks (plain srun, then through the runner), and a rank's trainer killed:
+the job is requeued and resumes from rank 0's checkpoint.
 Without such a machine they skip, unless SFX_REQUIRE_SLURM=1 (set by all_tests.sh when it
 started the cluster): then they fail.
 """
@@ -49,7 +56,8 @@ RECORDER = textwrap.dedent("""
         json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(),
                    "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "TEMPLATE_MARK", "EXTRA",
                                                           "SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "PYTHONPATH",
-                                                          "SFX_RUNNER_CODE_ROOT")}}, f)
+                                                          "SFX_RUNNER_CODE_ROOT", "SLURM_PROCID", "SLURM_STEP_ID",
+                                                          "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS")}}, f)
     print("recorder says goodbye")
     sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 """)
@@ -210,7 +218,7 @@ def test_dry_run_needs_no_cluster(tmp_path, monkeypatch, capsys):
     assert rc == 0
     assert "cpus-per-task=16 gpus-per-node=2 time=90 min signal=USR2@120s array=0-1%1 job-name=dry" in out
     assert "sbatch (template): --account=rl" in out and "setup (template): module load cuda" in out
-    assert f"task 0: 00_cp_see=1: {sys.executable} -m sfx.train" in out
+    assert f"array task 0: 00_cp_see=1: {sys.executable} -m sfx.train" in out
     assert not (tmp_path / "td").exists()
 
 
@@ -311,6 +319,421 @@ def test_job_callable_forwards_sigterm_outside_a_slurm_step(tmp_path):
     assert "SIGTERM (cancelled, preempted or at the time limit), trainer stopped (exit code 130)" in \
         log_path(spec).read_text()
 
+
+# ============================================================================ fast: multi-task jobs (no cluster)
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def backend_for(flags: list[str]) -> slurm.SlurmBackend:
+    from sfx_runner.cli import build_parser
+    args = build_parser("slurm").parse_args(["--run=unused", "--runner=slurm", "--train_dir=/train_dir", *flags])
+    return slurm.SlurmBackend(args)
+
+
+@pytest.mark.parametrize("flags, nodes, per_node, cpus, gpus", [
+    ([], 1, 1, 16, 1),  # one task: as before
+    (["--slurm_gpus_per_job=2", "--slurm_cpus_per_gpu=8"], 1, 1, 16, 2),
+    (["--slurm_nodes=2", "--slurm_tasks_per_node=4"], 2, 4, 16, 4),  # one GPU per task
+    (["--slurm_nodes=2", "--slurm_tasks_per_node=4", "--slurm_gpus_per_job=8", "--slurm_cpus_per_gpu=10"], 2, 4, 10, 4),
+    (["--slurm_tasks_per_node=2", "--slurm_gpus_per_job=0", "--slurm_cpus_per_gpu=1"], 1, 2, 1, 0),
+    (["--slurm_nodes=3", "--slurm_gpus_per_job=0", "--slurm_cpus_per_gpu=4"], 3, 1, 4, 0),
+])
+def test_job_resources_of_the_flags(flags, nodes, per_node, cpus, gpus):
+    """Several tasks: one rank per task, one GPU per task (GPUs per node = tasks per node), CPUs per task."""
+    r = backend_for(flags).resources
+    assert (r.nodes, r.tasks_per_node, r.tasks, r.cpus, r.gpus) == (nodes, per_node, nodes * per_node, cpus, gpus)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--slurm_nodes=0", "--slurm_nodes=0: must be an integer >= 1"),
+    ("--slurm_tasks_per_node=-1", "--slurm_tasks_per_node=-1: must be an integer >= 1"),
+    ("--slurm_max_requeues=-1", "--slurm_max_requeues=-1: must be an integer >= 0"),
+    ("--slurm_nodes=two", "--slurm_nodes: invalid int value: 'two'"),
+])
+def test_bad_task_flags_exit_2(tmp_path, capsys, flag, message):
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("bad", [Experiment("cp", {TINY_TRAIN!r})])
+    """)
+    assert main([f"--run={run_file}", f"--train_dir={tmp_path / 'td'}", "--runner=slurm", "--dry_run", flag]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_gpus_that_are_not_one_per_task_are_refused():
+    with pytest.raises(RunnerError, match=re.escape(
+            "--slurm_gpus_per_job=2 with --slurm_nodes=2 x --slurm_tasks_per_node=4: each task is one rank on one "
+            "GPU, so use 1 (one GPU per task), 8 (the job's total, the same) or 0 (CPU-only ranks)")):
+        backend_for(["--slurm_nodes=2", "--slurm_tasks_per_node=4", "--slurm_gpus_per_job=2"])
+
+
+def multi(**kw):
+    base = dict(partition="gpu", cpus=10, gpus=4, nodes=2, tasks_per_node=4)
+    base.update(kw)
+    return res(**base)
+
+
+def test_check_resources_per_node_for_several_tasks():
+    parts = partitions()
+    parts["gpu"].nodes.append(NodeInfo("g3", 40, 4, "idle"))
+    # g1 (80 CPUs, 8 GPUs) and g3 (40 CPUs, 4 GPUs) each take 4 tasks x 10 CPUs and 4 GPUs; g2 is drained
+    assert check_resources(multi(), parts) == ("gpu", 2880)
+    with pytest.raises(RunnerError, match=re.escape(
+            "--slurm_nodes=2: partition 'gpu' has only 1 usable node with 44 CPUs and 4 GPUs per node "
+            "(4 tasks x 11 CPUs: --slurm_tasks_per_node=4, --slurm_cpus_per_gpu=11; one GPU per task); "
+            "it has 1 node with 80 CPUs and 8 GPUs, 1 node with 40 CPUs and 4 GPUs")):
+        check_resources(multi(cpus=11), parts)
+    with pytest.raises(RunnerError, match=re.escape("--slurm_nodes=3: partition 'gpu' has only 2 usable nodes")):
+        check_resources(multi(nodes=3), parts)
+    with pytest.raises(RunnerError, match=re.escape(
+            "partition 'gpu' has no node with 90 CPUs and 9 GPUs per node (9 tasks x 10 CPUs")):
+        check_resources(multi(tasks_per_node=9, gpus=9, nodes=1), parts)
+    # CPU-only ranks on the default partition: 2 tasks x 32 CPUs fit c1 (64) but not c2 (32)
+    assert check_resources(multi(partition=None, cpus=32, gpus=0, nodes=1, tasks_per_node=2), parts)[0] == "cpu"
+    with pytest.raises(RunnerError, match=re.escape(
+            "--slurm_nodes=2: partition 'cpu' has only 1 usable node with 64 CPUs and 0 GPUs per node "
+            "(2 tasks x 32 CPUs: --slurm_tasks_per_node=2, --slurm_cpus_per_gpu=32; no GPU, --slurm_gpus_per_job=0)")):
+        check_resources(multi(partition=None, cpus=32, gpus=0, nodes=2, tasks_per_node=2), parts)
+
+
+@pytest.mark.parametrize("line, flag", [
+    ("#SBATCH --nodes=2", "--slurm_nodes"), ("#SBATCH --ntasks-per-node=4", "--slurm_tasks_per_node"),
+    ("#SBATCH --ntasks=8", "--slurm_nodes and --slurm_tasks_per_node"),
+])
+def test_sbatch_template_refuses_task_layout(tmp_path, line, flag):
+    template = tmp_path / "t.sbatch"
+    template.write_text(line + "\n")
+    with pytest.raises(RunnerError, match=re.escape(f"which the slurm runner sets itself (use {flag})")):
+        parse_sbatch_template(template)
+
+
+def test_dry_run_shows_the_tasks(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("dry", [Experiment("cp", {TINY_TRAIN!r})])
+    """)
+    assert main([f"--run={run_file}", f"--train_dir={tmp_path / 'td'}", "--runner=slurm", "--dry_run",
+                 "--slurm_nodes=2", "--slurm_tasks_per_node=4", "--slurm_cpus_per_gpu=10"]) == 0
+    out = capsys.readouterr().out
+    assert "nodes=2 ntasks-per-node=4 cpus-per-task=10 gpus-per-node=4 time=the partition's limit" in out
+    assert ("srun: 8 tasks per experiment (2 node(s) x 4), --kill-on-bad-exit=1; task i is rank i of the training "
+            "(SLURM_PROCID) on its node's GPU cuda:<local rank>") in out
+    assert "up to 3 requeue(s) when a rank is lost" in out
+
+
+GOLDEN_CASES = {
+    # name: (flags, experiments); the python and the code folder are normalised
+    "sbatch_2nodes_x_4gpus.sh": (["--slurm_nodes=2", "--slurm_tasks_per_node=4", "--slurm_cpus_per_gpu=10",
+                                  "--slurm_signal_delay_sec=300"], 2),
+    "sbatch_1node_x_2cpu_tasks.sh": (["--slurm_tasks_per_node=2", "--slurm_gpus_per_job=0",
+                                      "--slurm_cpus_per_gpu=1"], 1),
+    "sbatch_1task_1gpu.sh": ([], 2),  # a single-task job, as before multi-task jobs existed
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_sbatch_scripts_match_the_golden_files(name):
+    """The sbatch script (and its srun line) submitit writes for each experiment's job, made without a
+    cluster by submitit's own function from the parameters the backend submits with. To accept a change
+    (a new submitit, a new option): SFX_UPDATE_GOLDEN=1 pytest tests/runner/test_slurm.py -k golden, and
+    review the diff of tests/runner/golden/."""
+    pytest.importorskip("submitit")
+    from sfx_runner import Experiment, ParamGrid, RunDescription
+    flags, count = GOLDEN_CASES[name]
+    grid = ParamGrid([("seed", list(range(1, count + 1)))]) if count > 1 else None
+    run = RunDescription("golden", [Experiment("cp", "python -m sfx.train --env=gym_CartPole-v1", grid)])
+    specs = run.generate_experiments("/train_dir")
+    text = backend_for(flags).sbatch_script(specs, run, "gpu", 120, python="/venv/bin/python")
+    text = text.replace(str(REPO), "/src/sfx") + "\n"
+    path = GOLDEN / name
+    if os.environ.get("SFX_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"{path} is missing: SFX_UPDATE_GOLDEN=1 writes it"
+    assert text == path.read_text(), f"the sbatch script differs from {path} (SFX_UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_golden_files_say_what_matters():
+    """What the golden files are for, said once more in words: layout, GPUs, srun line, array."""
+    two_by_four = (GOLDEN / "sbatch_2nodes_x_4gpus.sh").read_text()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --cpus-per-task=10", "#SBATCH --array=0-1%2", "#SBATCH --signal=USR2@300"):
+        assert line in two_by_four.splitlines()
+    srun = [line for line in two_by_four.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1 and "--kill-on-bad-exit=1" in srun[0] and "submitit.core._submit" in srun[0]
+    cpu = (GOLDEN / "sbatch_1node_x_2cpu_tasks.sh").read_text().splitlines()
+    assert "#SBATCH --ntasks-per-node=2" in cpu and "#SBATCH --cpus-per-task=1" in cpu
+    assert not any("gpus" in line or "--array" in line for line in cpu)
+    single = (GOLDEN / "sbatch_1task_1gpu.sh").read_text()
+    assert "ntasks" not in single and "kill-on-bad-exit" not in single and "#SBATCH --nodes=1" in single
+
+
+@pytest.mark.parametrize("env, place", [
+    ({}, (0, 1)),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, (0, 1)),  # the batch script: no step, one process
+    ({"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}, (0, 1)),
+    ({"SLURM_PROCID": "5", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "8", "SLURM_NTASKS": "8"}, (5, 8)),
+    ({"SLURM_PROCID": "1", "SLURM_STEPID": "0", "SLURM_NTASKS": "2"}, (1, 2)),
+])
+def test_current_task(env, place):
+    task = slurm.current_task(env)
+    assert (task.index, task.count) == place
+
+
+def test_trainer_outcomes():
+    from sfx_runner.slurm.job import trainer_outcome as outcome
+    assert outcome(0, False) == "finished" and outcome(0, True) == "finished"
+    assert outcome(75, False) == outcome(-9, False) == outcome(-11, False) == outcome(137, False) == "resume"
+    assert outcome(1, False) == outcome(2, False) == outcome(130, False) == "failed"
+    assert outcome(130, True) == outcome(75, True) == outcome(-9, True) == "stopped"
+    assert slurm.RESUME_EXIT_CODE == 75
+
+
+STAND_IN_SLURM = """#!/bin/sh
+echo "$(basename "$0") $*" >> "{calls}"
+{extra}
+"""
+
+
+def stand_in_slurm_commands(tmp_path: Path, monkeypatch, scancel_extra: str = "") -> Path:
+    """``scontrol`` and ``scancel`` that record their arguments (scancel may do more)."""
+    calls = tmp_path / "slurm_calls.txt"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, extra in (("scontrol", ""), ("scancel", scancel_extra)):
+        (bin_dir / name).write_text(STAND_IN_SLURM.format(calls=calls, extra=extra))
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def as_task(monkeypatch, index: int, count: int, job_id: str = "4242", restart: int = 0) -> None:
+    """The environment srun gives task ``index`` of a ``count``-task step of job ``job_id``."""
+    for var in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEPID"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in (("SLURM_JOB_ID", job_id), ("SLURM_STEP_ID", "0"), ("SLURM_PROCID", str(index)),
+                       ("SLURM_LOCALID", str(index)), ("SLURM_STEP_NUM_TASKS", str(count)),
+                       ("SLURM_NTASKS", str(count)), ("SLURM_RESTART_COUNT", str(restart))):
+        monkeypatch.setenv(var, value)
+
+
+EXITS_WITH = textwrap.dedent("""
+    import os, sys
+    print("rank", os.environ.get("SLURM_PROCID"), "of", os.environ.get("SLURM_STEP_NUM_TASKS"), flush=True)
+    sys.exit(int(os.environ["EXIT_CODE"]))
+""")
+
+
+def test_task_1_runs_its_rank_and_writes_only_its_own_files(tmp_path, monkeypatch):
+    """Task 1 of 2: the trainer sees srun's step variables (it becomes rank 1), the output goes to the task's
+    own log, its record says how the trainer ended, the runner state is task 0's alone."""
+    as_task(monkeypatch, 1, 2)
+    job, spec = _job(tmp_path, RECORDER)
+    assert job() == {"experiment": spec.name, "returncode": 0, "task": 1}
+    rec = json.loads((spec.train_dir / f"{spec.name}.rec.json").read_text())["env"]
+    assert (rec["SLURM_PROCID"], rec["SLURM_STEP_ID"], rec["SLURM_LOCALID"], rec["SLURM_STEP_NUM_TASKS"]) == \
+        ("1", "0", "1", "2")
+    assert read_state(spec) is None  # task 0 owns the state
+    assert not log_path(spec).exists()
+    log = slurm.task_log_path(spec, 1).read_text()
+    assert log.startswith("[runner] slurm job 4242 task 1 of 2 (restart 0) on ") and "recorder says goodbye" in log
+    record = slurm.read_task_records(spec)[1]
+    assert (record["outcome"], record["returncode"], record["attempt"], record["tasks"]) == ("finished", 0, "4242:0", 2)
+
+
+def test_task_0_of_a_single_task_job_is_as_before(tmp_path, monkeypatch):
+    """A one-task step (what every job was before): the trainer sees a one-task step, no task files."""
+    as_task(monkeypatch, 0, 1)
+    job, spec = _job(tmp_path, RECORDER)
+    assert job() == {"experiment": spec.name, "returncode": 0, "attempts": 1}
+    assert json.loads((spec.train_dir / f"{spec.name}.rec.json").read_text())["env"]["SLURM_STEP_NUM_TASKS"] == "1"
+    assert log_path(spec).read_text().startswith("[runner] attempt 1: slurm job 4242 on ")
+    assert slurm.read_task_records(spec) == {} and read_state(spec)["state"] == "finished"
+
+
+def test_task_0_requeues_the_job_when_a_rank_is_lost_at_most_max_requeues_times(tmp_path, monkeypatch):
+    calls = stand_in_slurm_commands(tmp_path, monkeypatch)
+    as_task(monkeypatch, 0, 2)
+    monkeypatch.setenv("EXIT_CODE", "75")
+    job, spec = _job(tmp_path, EXITS_WITH, max_requeues=2)
+    for restart in range(2):
+        monkeypatch.setenv("SLURM_RESTART_COUNT", str(restart))
+        with pytest.raises(SystemExit) as stop:
+            job()
+        assert stop.value.code == 75
+        state = read_state(spec)
+        assert (state["state"], state["returncode"], state["requeues"], state["attempts"]) == \
+            ("queued", 75, restart + 1, restart + 1)
+    assert calls.read_text() == "scontrol requeue 4242\n" * 2
+    log = log_path(spec).read_text()
+    assert log.startswith("[runner] attempt 1: slurm job 4242 task 0 of 2 on ")
+    assert f"2 tasks, one rank each; the trainer of task 1 writes to {spec.name}.task1.log" in log
+    assert ("the trainer of task 0 ended (exit code 75: another rank died or hung): requeueing the job "
+            "(requeue 2 of at most 2); every task starts again") in log
+    # a third loss: no more requeues, the experiment fails with a clear line
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    with pytest.raises(ExperimentFailed, match=re.escape(
+            "the job was requeued 2 time(s) for lost ranks already (--slurm_max_requeues=2): not again")):
+        job()
+    assert calls.read_text().count("requeue") == 2
+    state = read_state(spec)
+    assert (state["state"], state["returncode"], state["requeues"], state["failed_task"]) == ("failed", 75, 2, 0)
+    assert "not again: the experiment failed" in log_path(spec).read_text()
+
+
+def test_a_killed_trainer_requeues_a_single_task_job_too(tmp_path, monkeypatch):
+    calls = stand_in_slurm_commands(tmp_path, monkeypatch)
+    as_task(monkeypatch, 0, 1, job_id="77")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "70")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    job, spec = _job(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    with pytest.raises(SystemExit):
+        job()
+    assert calls.read_text() == "scontrol requeue 70_3\n"  # the array task, as squeue shows it
+    assert read_state(spec)["returncode"] == -signal.SIGKILL and read_state(spec)["requeues"] == 1
+    assert "the trainer of task 0 ended (killed by SIGKILL): requeueing the job" in log_path(spec).read_text()
+
+
+def test_errors_are_not_requeued(tmp_path, monkeypatch):
+    """Exit code 1 (or 2: bad flags) is a real error: no requeue, even with requeues left."""
+    calls = stand_in_slurm_commands(tmp_path, monkeypatch)
+    as_task(monkeypatch, 0, 2)
+    monkeypatch.setenv("EXIT_CODE", "2")
+    job, spec = _job(tmp_path, EXITS_WITH)
+    with pytest.raises(ExperimentFailed, match=rf"experiment {spec.name} exited with code 2"):
+        job()
+    assert not calls.exists()
+    assert (read_state(spec)["state"], read_state(spec)["returncode"]) == ("failed", 2)
+    # the same on task 1: it fails at once (srun --kill-on-bad-exit then ends task 0)
+    as_task(monkeypatch, 1, 2)
+    with pytest.raises(ExperimentFailed, match=rf"experiment {spec.name}: the trainer of task 1 exited with code 2"):
+        job()
+    assert not calls.exists() and slurm.read_task_records(spec)[1]["outcome"] == "failed"
+    assert "the other tasks are ended (srun --kill-on-bad-exit)" in slurm.task_log_path(spec, 1).read_text()
+
+
+def write_record(spec, index: int, outcome: str, returncode: int, attempt: str = "4242:0") -> None:
+    from sfx_runner.slurm.job import task_record_path
+    from sfx_runner.state import atomic_write_json
+    atomic_write_json(task_record_path(spec, index), {"task": index, "tasks": 2, "attempt": attempt,
+                                                      "outcome": outcome, "returncode": returncode})
+
+
+def test_task_0_reads_the_other_tasks_records(tmp_path, monkeypatch):
+    """Rank 0's error after rank 1 was lost is the loss seen from rank 0: requeue. A real error of rank 1:
+    fail, naming task 1. Records of an earlier attempt do not count."""
+    calls = stand_in_slurm_commands(tmp_path, monkeypatch)
+    as_task(monkeypatch, 0, 2)
+    monkeypatch.setenv("EXIT_CODE", "1")
+    job, spec = _job(tmp_path, EXITS_WITH)
+    write_record(spec, 1, "resume", -9, attempt="4242:5")  # another attempt
+    with pytest.raises(ExperimentFailed, match="exited with code 1"):
+        job()
+    write_record(spec, 1, "resume", -9)
+    with pytest.raises(SystemExit):
+        job()
+    assert calls.read_text() == "scontrol requeue 4242\n"
+    assert "the trainer of task 1 ended (killed by SIGKILL): requeueing the job" in log_path(spec).read_text()
+    write_record(spec, 1, "failed", 2)
+    monkeypatch.setenv("EXIT_CODE", "75")
+    with pytest.raises(ExperimentFailed, match=re.escape("the trainer of task 1 failed (exit code 2; see ")):
+        job()
+    state = read_state(spec)
+    assert (state["state"], state["failed_task"], state["returncode"]) == ("failed", 1, 2)
+    assert calls.read_text().count("requeue") == 1
+
+
+def test_requeue_outside_slurm_or_refused_fails_clearly(tmp_path, monkeypatch):
+    for var in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EXIT_CODE", "75")
+    job, spec = _job(tmp_path, EXITS_WITH)
+    with pytest.raises(ExperimentFailed, match="not in a Slurm job, nothing to requeue"):
+        job()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'Requested operation is presently disabled' >&2\nexit 1\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    as_task(monkeypatch, 0, 2)
+    with pytest.raises(ExperimentFailed, match="'scontrol requeue 4242' failed: Requested operation is presently"):
+        job()
+    assert read_state(spec)["state"] == "failed"
+
+
+def _run_pickled_job(tmp_path: Path, job: ExperimentJob, env: dict) -> subprocess.Popen:
+    pickled = tmp_path / "job.pkl"
+    pickled.write_bytes(pickle.dumps(job))
+    return subprocess.Popen([sys.executable, "-c", "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))()",
+                             str(pickled)], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+
+
+WAITS_FOR_SIGINT = textwrap.dedent("""
+    import signal, sys, time
+    def stop(sig, frame):
+        print("got", signal.Signals(sig).name, flush=True); sys.exit(130)
+    signal.signal(signal.SIGINT, stop)
+    print("ready", flush=True)
+    while True: time.sleep(0.1)
+""")
+
+
+def test_task_1_stops_its_trainer_on_the_warning_signal(tmp_path, monkeypatch):
+    """submitit leaves the warning signal to task 0; task 1 stops its own rank with SIGINT, then waits for
+    the requeue (here: a SIGTERM, as Slurm sends when task 0 requeues the job)."""
+    job, spec = _job(tmp_path, WAITS_FOR_SIGINT, wait_after_sigterm_sec=0.5)
+    log = slurm.task_log_path(spec, 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(REPO), SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_PROCID="1",
+               SLURM_STEP_NUM_TASKS="2", SLURM_LOCALID="1")
+    wrapper = _run_pickled_job(tmp_path, job, env)
+    wait_for(lambda: "ready" in (log.read_text() if log.exists() else ""), 30, "the trainer to start")
+    wrapper.send_signal(signal.SIGUSR2)
+    wait_for(lambda: "task 0 requeues the job" in log.read_text(), 30, "the trainer to stop")
+    assert wrapper.poll() is None  # waiting for Slurm to end the job
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
+    text = log.read_text()
+    assert "got SIGINT" in text and "warning signal, trainer stopped (exit code 130); task 0 requeues the job" in text
+    assert slurm.read_task_records(spec)[1]["outcome"] == "stopped" and read_state(spec) is None
+
+
+def test_task_1_whose_rank_was_lost_asks_for_the_requeue_when_task_0_does_not(tmp_path, monkeypatch):
+    """Task 1's trainer killed: task 1 waits rank_grace_sec for task 0 to requeue, then sends the job the
+    warning signal (the stand-in scancel answers with the SIGTERM of a requeue)."""
+    calls = stand_in_slurm_commands(tmp_path, monkeypatch, scancel_extra="kill -TERM $PPID")
+    job, spec = _job(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", rank_grace_sec=1.0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(REPO), SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_PROCID="1",
+               SLURM_STEP_NUM_TASKS="2", SLURM_LOCALID="1")
+    wrapper = _run_pickled_job(tmp_path, job, env)
+    assert wrapper.wait(timeout=60) == 128 + signal.SIGTERM, wrapper.stderr.read()
+    assert calls.read_text() == "scancel --signal=USR2 4242\n"
+    log = slurm.task_log_path(spec, 1).read_text()
+    assert "the trainer ended (killed by SIGKILL); waiting up to 1 s for task 0 to requeue the job" in log
+    assert "the job was not requeued within 1 s: sending it SIGUSR2 so that task 0 stops rank 0" in log
+    assert slurm.read_task_records(spec)[1]["outcome"] == "resume"
+
+
+def test_task_0_checkpoint_counts_a_requeue_asked_for_by_a_lost_rank(tmp_path, monkeypatch):
+    """The warning signal that task 1 sent: task 0's checkpoint() requeues, counted, and refuses once the
+    requeues are used up (submitit then ends the job)."""
+    pytest.importorskip("submitit")
+    as_task(monkeypatch, 0, 2)
+    job, spec = _job(tmp_path, RECORDER, max_requeues=1)
+    log_path(spec).parent.mkdir(parents=True)
+    job._task = slurm.current_task()
+    write_record(spec, 1, "stopped", 130)  # task 1 stopped its rank on the same warning
+    t0 = time.time()
+    assert job.checkpoint() is not None and read_state(spec)["state"] == "queued"
+    assert time.time() - t0 < 2  # no wait: task 1's trainer has ended
+    assert "requeues" not in read_state(spec) or not read_state(spec)["requeues"]  # a time limit: not counted
+    write_record(spec, 1, "resume", 75)
+    delayed = job.checkpoint()
+    assert delayed.function.max_requeues == 1 and read_state(spec)["requeues"] == 1
+    assert job.checkpoint() is None
+    state = read_state(spec)
+    assert (state["state"], state["failed_task"]) == ("failed", 1)
+    assert "(--slurm_max_requeues=1): not again: the experiment failed" in log_path(spec).read_text()
 
 # ============================================================================ slow: the real cluster
 
@@ -608,3 +1031,179 @@ def test_one_training_as_two_srun_tasks_on_the_cluster(slurm_cluster, tmp_path):
         assert "with equal weights" in text
     assert list((exp / "checkpoint_p0").glob("checkpoint_*.pth"))
     assert (exp / "done").read_text().startswith("env_steps=")
+
+
+# one training as 2 ranks (async mode: serial mode runs one rank only), CPU, small
+RANKS_TRAIN = ("python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_envs_per_worker=8 --device=cpu "
+               "--hidden_size=64 --use_rnn=False --batch_size=512 --distributed_timeout_sec=60")
+TWO_TASKS = ["--runner=slurm", "--slurm_nodes=1", "--slurm_tasks_per_node=2", "--slurm_gpus_per_job=0",
+             "--slurm_cpus_per_gpu=1"]
+
+
+@pytest.mark.slow
+def test_one_training_as_two_tasks_through_the_runner(slurm_cluster, tmp_path):
+    """--slurm_tasks_per_node=2: one job of 2 tasks per experiment, each task one rank of one training."""
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("ranks", [Experiment("cp", {RANKS_TRAIN + " --train_for_env_steps=40000"!r})])
+    """)
+    train_dir = tmp_path / "td"
+    (spec,) = specs_of(run_file, train_dir)
+    proc = cli([f"--run={run_file}", f"--train_dir={train_dir}", *TWO_TASKS, "--slurm_wait"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + read_log(spec)[-3000:]
+    job_id = read_state(spec)["job_id"]
+    assert f"{spec.name}: finished (job {job_id}: COMPLETED, 1 attempt(s))" in proc.stdout
+    assert "[runner] each job: 2 tasks per experiment (1 node(s) x 2), --kill-on-bad-exit=1" in proc.stdout
+    exp = spec.exp_dir
+    # rank 0 owns the experiment: cfg, checkpoints, done; rank 1 its own log folder only
+    assert (exp / "cfg.json").is_file() and list((exp / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert not (exp / "rank_1" / "checkpoint_p0").exists() or not list((exp / "rank_1" / "checkpoint_p0").iterdir())
+    for rank, folder in ((0, exp), (1, exp / "rank_1")):
+        assert f"rank {rank} of 2 (local rank {rank} of 2, launched by slurm" in (folder / "sf_log.txt").read_text()
+    total = int((exp / "done").read_text().split("=")[1])
+    assert total >= 40000 and env_steps(spec) == total
+    # the env steps are every rank's together: both ranks stopped at that sum, and each rank's own
+    # frame rate is below the one of all ranks together
+    for folder in (exp, exp / "rank_1"):
+        status = json.loads((folder / "status.json").read_text())
+        assert (status["env_steps"], status["world_size"], status["status"]) == (total, 2, "done")
+        assert 0 < status["fps_this_rank"] < status["fps"]
+        assert f"agreed to stop at {total:,} env steps (all ranks)" in (folder / "sf_log.txt").read_text()
+    state = read_state(spec)
+    assert (state["state"], state["tasks"], state["attempts"], state["requeues"]) == ("finished", 2, 1, 0)
+    records = slurm.read_task_records(spec)
+    assert sorted(records) == [0, 1] and {r["outcome"] for r in records.values()} == {"finished"}
+    assert records[0]["attempt"] == records[1]["attempt"] == f"{job_id}:0"
+    assert read_log(spec).startswith(f"[runner] attempt 1: slurm job {job_id} task 0 of 2 on ")
+    task1_log = slurm.task_log_path(spec, 1).read_text()
+    assert task1_log.startswith(f"[runner] slurm job {job_id} task 1 of 2 (restart 0) on ")
+    assert sacct(job_id)[job_id][0] == "COMPLETED"
+
+
+REQUEUE_RE = re.compile(r"\[runner\] slurm job (\S+): the trainer of task (\d) ended \(([^)]*)\): requeueing the job "
+                        r"\(requeue 1 of at most 3\)")
+CHECKPOINT_STEPS_RE = re.compile(r"checkpoint_\d+_(\d+)\.pth$")
+
+
+def checkpoint_env_steps(spec) -> list[int]:
+    return sorted(int(m.group(1)) for p in (spec.exp_dir / "checkpoint_p0").glob("checkpoint_*.pth")
+                  if (m := CHECKPOINT_STEPS_RE.search(p.name)))
+
+
+@pytest.mark.slow
+def test_a_lost_rank_requeues_the_job_which_resumes_from_rank_0s_checkpoint(slurm_cluster, tmp_path):
+    """Rank 1's trainer (and its workers) killed mid-training: rank 0 notices and stops, task 0 requeues
+    the job once, both tasks start again, rank 0 resumes from its last checkpoint, the training finishes."""
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("lost", [
+            Experiment("cp", {RANKS_TRAIN + " --train_for_env_steps=120000 --save_every_sec=3"!r}),
+        ])
+    """)
+    train_dir = tmp_path / "td"
+    (spec,) = specs_of(run_file, train_dir)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    launcher = subprocess.Popen([sys.executable, "-m", "sfx.runner.run", f"--run={run_file}",
+                                 f"--train_dir={train_dir}", *TWO_TASKS, "--slurm_wait"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: checkpoint_env_steps(spec) and env_steps(spec) >= 20000, 150,
+                 "a checkpoint and some progress", spec=spec)
+        record = slurm.read_task_records(spec)[1]
+        assert record["outcome"] == "running"
+        os.killpg(record["pid"], signal.SIGKILL)  # rank 1's trainer leads its own process group
+        log = wait_for(lambda: REQUEUE_RE.search(read_log(spec)) and read_log(spec), 150,
+                       "task 0 to requeue the job", spec=spec)
+        last_checkpoint = checkpoint_env_steps(spec)[-1]  # the requeued job starts >= 10 s later
+        out, _ = launcher.communicate(timeout=240)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, out + read_log(spec)[-3000:]
+    job_id = read_state(spec)["job_id"]
+    assert f"{spec.name}: finished (job {job_id}: COMPLETED, 2 attempt(s))" in out
+    # who saw the loss first: rank 0 (exit code 75) or task 1's record (killed) when rank 0's own exit came
+    # as an error
+    requeue = REQUEUE_RE.search(log)
+    assert requeue.group(1) == job_id
+    assert (requeue.group(2), requeue.group(3)) in {("0", "exit code 75: another rank died or hung"),
+                                                    ("1", "killed by SIGKILL")}, log[-3000:]
+    task1_log = slurm.task_log_path(spec, 1).read_text()
+    assert "task 1 of 2: the trainer ended (killed by SIGKILL); waiting up to 600 s for task 0 to requeue" in task1_log
+    assert task1_log.count("[runner] slurm job") >= 2 and "task 1 of 2 (restart 1)" in task1_log
+    # the second attempt resumed from the checkpoint rank 0 had when the job was requeued
+    full_log = read_log(spec)
+    resumed = RESUMED_RE.search(full_log, requeue.end())
+    assert resumed and int(resumed.group(1)) == last_checkpoint > 0, full_log[-3000:]
+    assert full_log.count("[runner] attempt ") == 2
+    total = int((spec.exp_dir / "done").read_text().split("=")[1])
+    assert total >= 120000
+    state = read_state(spec)
+    assert (state["state"], state["attempts"], state["requeues"], state["restarts"]) == ("finished", 2, 1, 1)
+    records = slurm.read_task_records(spec)
+    assert [(r["outcome"], r["attempt"]) for _, r in sorted(records.items())] == [("finished", f"{job_id}:1")] * 2
+    assert sacct(job_id)[job_id][0] == "COMPLETED"
+
+
+@pytest.mark.slow
+def test_warning_signal_stops_every_rank_and_requeues_the_two_task_job(slurm_cluster, tmp_path):
+    """The warning signal (time limit, preemption) on a 2-task job: each task stops its own rank with
+    SIGINT, the ranks agree to stop, rank 0 saves the checkpoint, task 0 requeues the job through
+    submitit (not counted as a lost rank), both ranks resume from the checkpoint and finish."""
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("warn", [Experiment("cp", {RANKS_TRAIN + " --train_for_env_steps=120000"!r})])
+    """)
+    train_dir = tmp_path / "td"
+    (spec,) = specs_of(run_file, train_dir)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    launcher = subprocess.Popen([sys.executable, "-m", "sfx.runner.run", f"--run={run_file}",
+                                 f"--train_dir={train_dir}", *TWO_TASKS, "--slurm_wait", "--slurm_signal_delay_sec=60"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: env_steps(spec) >= 10000, 150, "the ranks to make progress", spec=spec)
+        job_id = read_state(spec)["job_id"]
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+        out, _ = launcher.communicate(timeout=240)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, out + read_log(spec)[-3000:]
+    assert f"{spec.name}: finished (job {job_id}: COMPLETED, 2 attempt(s))" in out
+    log = read_log(spec)
+    assert "warning signal, trainer stopped (exit code 130); the job is requeued and resumes" in log
+    stopped_at = int(INTERRUPTED_RE.search(log).group(1).replace(",", ""))
+    assert 0 < stopped_at == int(RESUMED_RE.search(log).group(1)) < 120000
+    # rank 1 was stopped by its own task, not only by rank 0's vote
+    assert "SIGINT received: stopping" in (spec.exp_dir / "rank_1" / "sf_log.txt").read_text()
+    assert "task 1 of 2: warning signal, trainer stopped" in slurm.task_log_path(spec, 1).read_text()
+    state = read_state(spec)
+    assert (state["state"], state["attempts"], state["requeues"], state["restarts"]) == ("finished", 2, 0, 1)
+    assert int((spec.exp_dir / "done").read_text().split("=")[1]) >= 120000
+
+
+@pytest.mark.slow
+def test_a_real_error_on_task_1_ends_the_job_at_once_without_requeue(slurm_cluster, tmp_path):
+    """Task 1's command fails (exit code 2, as for bad flags) while task 0's runs on: srun
+    --kill-on-bad-exit ends task 0 within seconds, the experiment fails naming task 1, no requeue."""
+    (tmp_path / "rank.py").write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        if os.environ["SLURM_PROCID"] == "1":
+            print("sfx: error: --bad_flag is not a flag", flush=True)
+            sys.exit(2)
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(130))
+        time.sleep(300)
+    """))
+    run_file = write_run(tmp_path, """
+        RUN_DESCRIPTION = RunDescription("bad1", [Experiment("cp", "python rank.py")])
+    """)
+    train_dir = tmp_path / "td"
+    (spec,) = specs_of(run_file, train_dir)
+    t0 = time.time()
+    proc = cli([f"--run={run_file}", f"--train_dir={train_dir}", *TWO_TASKS, "--slurm_wait"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert time.time() - t0 < 120  # not the 300 s task 0's command would sleep
+    state = read_state(spec)
+    assert (state["state"], state["failed_task"], state["returncode"], state["requeues"]) == ("failed", 1, 2, 0)
+    assert state["message"].startswith("the trainer of task 1 failed (exit code 2; see ")
+    assert f"{spec.name}: FAILED (job {state['job_id']}: Slurm state FAILED, exit code 2; the trainer of task 1" \
+        in proc.stdout
+    assert "sfx: error: --bad_flag is not a flag" in proc.stdout  # the last lines of task 1's log
+    records = slurm.read_task_records(spec)
+    assert (records[0]["outcome"], records[1]["outcome"]) == ("stopped", "failed")
+    assert "SIGTERM (cancelled, preempted or at the time limit), trainer stopped (exit code 130)" in read_log(spec)

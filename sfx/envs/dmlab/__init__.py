@@ -7,6 +7,9 @@ Env names:
   to cover the suite evenly). ``--dmlab30_level_assignment=env`` assigns by global env id instead
   (``env_id % 30``), which covers the suite with fewer workers when
   ``num_workers * num_envs_per_worker >= 30``.
+  Each level is a task (the task protocol of :mod:`sfx.envs`): ``task_names`` are the 30 levels as
+  ``dmlab_<level>`` names in ``DMLAB30_LEVELS`` order (with ``--dmlab_use_test_levels`` the two
+  ``_test`` variants replace their ``_train`` levels), ``task_id`` is the env's level index.
 * ``--env=dmlab_<level>``: one level, e.g. ``dmlab_rooms_collect_good_objects_train``,
   ``dmlab_explore_goal_locations_small``, ``dmlab_seekavoid_arena_01``. Unknown names are an error
   unless ``--dmlab_level_directory`` points at your own level scripts.
@@ -62,8 +65,9 @@ DEFAULT_OVERRIDES = {"env_frameskip": 4, "encoder_type": "resnet", "encoder_subt
 
 __all__ = [
     "BASELINES", "CLASSIC_LEVELS", "DMLAB30_LEVELS", "DMLAB30_TEST_LEVEL", "DirectoryLevelCache", "DmLabEnv",
-    "EXTENDED_ACTIONS", "IMPALA_ACTIONS", "InstructionTokenizer", "action_names", "action_table",
-    "dmlab30_level_for", "dmlab30_score", "episode_stats", "human_normalized_score", "level_for_env",
+    "DmLab30Env", "EXTENDED_ACTIONS", "IMPALA_ACTIONS", "InstructionTokenizer", "action_names", "action_table",
+    "dmlab30_level_for", "dmlab30_score", "dmlab30_task_id", "dmlab30_task_names", "episode_stats",
+    "human_normalized_score", "level_for_env",
     "make_dmlab_env", "register_family", "target_objective", "validate_dmlab_cfg",
 ]
 
@@ -78,10 +82,36 @@ def level_for_env(full_env_name: str, cfg: Any, env_config: dict | None) -> str:
     name = level_name(full_env_name)
     if name != SUITE:
         return name
+    return dmlab30_level_for(dmlab30_task_id(cfg, env_config), use_test_levels=cfg.dmlab_use_test_levels)
+
+
+def dmlab30_task_id(cfg: Any, env_config: dict | None) -> int:
+    """``dmlab_30``: the index in ``DMLAB30_LEVELS`` of the level this env plays (its task id):
+    ``worker_index % 30``, or ``env_id % 30`` with ``--dmlab30_level_assignment=env``."""
     env_config = env_config or {}
     by = cfg.dmlab30_level_assignment
     index = env_config.get("env_id", 0) if by == "env" else env_config.get("worker_index", 0)
-    return dmlab30_level_for(index, use_test_levels=cfg.dmlab_use_test_levels)
+    return int(index) % len(DMLAB30_LEVELS)
+
+
+def dmlab30_task_names(use_test_levels: bool = False) -> tuple[str, ...]:
+    """``dmlab_30``'s tasks in task-id order: ``dmlab_<level>`` for each DMLab-30 level (the held-out
+    ``_test`` variants with ``use_test_levels``)."""
+    return tuple(PREFIX + dmlab30_level_for(i, use_test_levels) for i in range(len(DMLAB30_LEVELS)))
+
+
+class DmLab30Env(SingleAgentEnvAdapter):
+    """One env of ``dmlab_30``: a DMLab-30 level seen as one agent, with the task protocol of
+    :mod:`sfx.envs`: ``task_names`` (the 30 levels, see :func:`dmlab30_task_names`) and ``task_id``
+    (this env's level, fixed for its life)."""
+
+    def __init__(self, env: DmLabEnv, task_names: tuple[str, ...], task_id: int, seed: int | None = None) -> None:
+        super().__init__(env, seed=seed)
+        self.task_names = task_names
+        self.task_id = task_id
+
+    def __repr__(self) -> str:
+        return f"DmLab30Env(task {self.task_id} {self.task_names[self.task_id]!r}, {self.env})"
 
 
 def add_dmlab_params(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +131,8 @@ def add_dmlab_params(parser: argparse.ArgumentParser) -> None:
                    help="DeepMind Lab's levelDirectory: a folder of your own level scripts; level names are "
                         "then not checked against the built-in list")
     g.add_argument("--dmlab30_level_assignment", choices=["worker", "env"], default="worker",
-                   help="dmlab_30: level = DMLAB30_LEVELS[worker_index % 30] (worker) or [env_id % 30] (env)")
+                   help="dmlab_30: level (and task id) = DMLAB30_LEVELS[worker_index %% 30] (worker) or "
+                        "[env_id %% 30] (env)")
     g.add_argument("--dmlab_use_instructions", type=_auto_bool, default=None, metavar="BOOL",
                    help="observe the level's instruction as word ids beside the frame (a Dict observation); "
                         "default: on for dmlab_30 and language_* levels, off for the others")
@@ -196,6 +227,9 @@ def make_dmlab_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
         instructions=InstructionTokenizer(cfg.dmlab_instruction_vocab_size, cfg.dmlab_instruction_max_len)
         if uses_instructions(full_env_name, cfg) else None,
     )
+    if level_name(full_env_name) == SUITE:
+        return DmLab30Env(env, dmlab30_task_names(cfg.dmlab_use_test_levels), dmlab30_task_id(cfg, env_config),
+                          seed=env_seed(cfg, env_config))
     return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))
 
 

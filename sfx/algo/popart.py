@@ -1,0 +1,315 @@
+"""PopArt: per-task adaptive rescaling of value targets that preserves the value head's outputs.
+
+van Hasselt et al. 2016, "Learning values across many orders of magnitude" (ART: adaptive rescaling
+of targets; POP: preserving outputs precisely; Algorithm 1), and Hessel et al. 2019, "Multi-task
+Deep Reinforcement Learning with PopArt" (one set of statistics per task, V-trace targets, the
+scale-invariant policy-gradient advantage).
+
+The value head is a linear layer with ``K`` outputs, one normalised value ``n_k(x)`` per task.
+Task ``k`` keeps a first moment ``mu_k`` and a second moment ``nu_k`` of its value targets; its
+scale is ``sigma_k = sqrt(nu_k - mu_k^2)`` and its value in the reward scale is
+
+    V_k(x) = sigma_k * n_k(x) + mu_k                               (unnormalize)
+    n~     = (G - mu_k) / sigma_k                                  (normalize a target G of task k)
+
+ART, once per learner step, for every task ``k`` with ``n_k > 0`` (valid) targets ``G_i`` in the
+batch (over all data-parallel ranks):
+
+    mean_k  = (1 / n_k) sum_{i: task_i = k} G_i
+    mean2_k = (1 / n_k) sum_{i: task_i = k} G_i^2
+    mu_k   <- (1 - beta) mu_k + beta mean_k
+    nu_k   <- (1 - beta) nu_k + beta mean2_k
+    sigma_k = min(clip_max, sqrt(max(nu_k - mu_k^2, clip_min^2)))     (clip_min: --popart_clip_min)
+
+and tasks with ``n_k = 0`` keep their statistics. POP, right after, with the old ``(mu, sigma)``
+and the new ``(mu', sigma')`` (row ``k`` of the head's weight ``W [K, H]`` and bias ``b [K]``):
+
+    W_k <- W_k * sigma_k / sigma'_k
+    b_k <- (sigma_k b_k + mu_k - mu'_k) / sigma'_k
+
+so ``sigma'_k (W'_k h + b'_k) + mu'_k = sigma_k (W_k h + b_k) + mu_k`` for every feature ``h``: the
+head's values in the reward scale are unchanged by the new statistics.
+
+Update rule (batch mean, not per sample). van Hasselt et al. 2016 (Algorithm 1) is stochastic
+gradient descent on one sample per step: each sample moves the statistics once, then the head is
+rescaled, then one gradient step. Hessel et al. 2019 run PopArt inside IMPALA's batched learner
+and keep statistics per task, updated from the V-trace targets of that task's samples of the
+learner's batch. Here one learner step is one step of Algorithm 1 whose "sample" is the batch: the
+statistics move once per task per step, towards the task's batch moments. With a single sample of
+a task in a batch this is exactly the paper's per-sample update (the tests check both). Folding a
+batch of ``n`` samples in one at a time would instead move ``mu_k`` a fraction ``1 - (1 - beta)^n``
+of the way and make it depend on the sample order, so ``beta``'s meaning would change with the batch size and the
+task mix of each batch (a task with many samples in a batch would adapt faster than one with few),
+and it could not be split over data-parallel ranks; the batch means are order-free and come from
+per-task sums and counts, which ranks add up with one all-reduce.
+
+Initial statistics: ``mu = 0``, ``nu = 1`` (``sigma = 1``), so a fresh head's output is its value
+in the reward scale. No bias correction: the first steps of a task whose targets are far from 0
+have a transient ``sigma`` (the paper's behaviour); ``beta = 1`` makes the statistics the last
+batch's moments.
+
+Numerics: statistics are float64 whatever the targets' dtype, and the per-task sums are summed in
+float64. ``nu - mu^2`` loses about ``1e-16 * mu^2`` to cancellation (``1e-4`` for targets of scale
+``1e6``), which is why ``sigma`` is clipped from below; only the derived ``sigma`` is clipped,
+``mu`` and ``nu`` never are.
+
+In a learning step (van Hasselt et al.'s order: statistics, then rescale, then the gradient step):
+
+    features -> head -> n [*, K];  V = popart_unnormalize(select_task_values(n, tasks), tasks, mu, sigma)
+    vs, A  = V-trace / GAE on V (reward scale)
+    step   = popart_step(stats, head, vs, tasks, beta, clip_min, valid=valids, reduce=reduce)
+    n'     = head(features) again (the rescale changed the head in place; the features' graph is intact)
+    value loss on select_task_values(n', tasks) against popart_normalize(vs, tasks, step.stats.mu, step.sigma)
+    policy loss on popart_advantages(A, tasks, step.sigma)
+    backward, optimizer step; publish the head together with step.stats
+
+A learner that cannot run the head alone may instead call ``popart_step`` after the optimizer step
+(normalising this batch's targets with the statistics before it): the rescale is still exact, the
+statistics lag one batch. Calling it between the forward pass and ``backward`` is an error (autograd
+refuses the in-place change of the head).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+from torch import nn
+
+__all__ = ["POPART_SIGMA_MAX", "PopArtStats", "PopArtStep", "popart_advantages", "popart_normalize",
+           "popart_preserve_", "popart_rescaled_head", "popart_step", "popart_unnormalize", "popart_update",
+           "select_task_values"]
+
+# default upper clip of sigma (Brain Agent's): fine for float32 values; sigma is cast to the values' dtype in
+# popart_(un)normalize, so float16 values need clip_max below 65504 (Brain Agent uses 1e4 for half precision)
+POPART_SIGMA_MAX = 1e6
+
+# a sum over data-parallel ranks (torch.distributed.all_reduce, or the identity with one rank)
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+class PopArtStats(NamedTuple):
+    """Per-task moments of the value targets, float64, ``[K]`` each.
+
+    Attributes:
+        mu: first moment ``E[G]`` of each task's targets (exponential moving average).
+        nu: second moment ``E[G^2]`` of each task's targets (exponential moving average).
+    """
+
+    mu: torch.Tensor
+    nu: torch.Tensor
+
+    @classmethod
+    def initial(cls, num_tasks: int, device: torch.device | str | None = None) -> "PopArtStats":
+        """``mu = 0``, ``nu = 1`` for each of ``num_tasks`` tasks (``sigma = 1``: normalisation is the identity)."""
+        if int(num_tasks) < 1:
+            raise ValueError(f"PopArtStats.initial: num_tasks={num_tasks}, must be >= 1")
+        return cls(mu=torch.zeros(int(num_tasks), dtype=torch.float64, device=device),
+                   nu=torch.ones(int(num_tasks), dtype=torch.float64, device=device))
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.mu.shape[0])
+
+    def sigma(self, clip_min: float, clip_max: float = POPART_SIGMA_MAX) -> torch.Tensor:
+        """``[K]`` float64 scales ``min(clip_max, sqrt(max(nu - mu^2, clip_min^2)))``.
+
+        What is clipped is the standard deviation ``sigma`` (``--popart_clip_min``, default 1e-4), not
+        the variance: a task whose targets are (nearly) constant, or whose ``nu - mu^2`` rounded below 0,
+        gets ``sigma = clip_min`` instead of 0 or NaN, so ``1 / sigma`` stays finite."""
+        _check_clip(clip_min, clip_max)
+        var = (self.nu - self.mu * self.mu).clamp(min=float(clip_min) ** 2)
+        return var.sqrt().clamp(max=float(clip_max))
+
+
+class PopArtStep(NamedTuple):
+    """``popart_step``'s result: the new statistics and the scales before and after, ``[K]`` float64.
+
+    Attributes:
+        stats: the new statistics (keep them for the next step, checkpoint them, publish them).
+        sigma: the new clipped scales (``stats.sigma(clip_min, clip_max)``).
+        old_mu: the first moments before the update.
+        old_sigma: the clipped scales before the update.
+    """
+
+    stats: PopArtStats
+    sigma: torch.Tensor
+    old_mu: torch.Tensor
+    old_sigma: torch.Tensor
+
+
+def _check_clip(clip_min: float, clip_max: float) -> None:
+    if not clip_min > 0.0:
+        raise ValueError(f"popart: clip_min={clip_min} must be > 0 (it keeps 1 / sigma finite)")
+    if not clip_max >= clip_min:
+        raise ValueError(f"popart: clip_max={clip_max} must be >= clip_min={clip_min}")
+
+
+def _rows(fn: str, name: str, x: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``x`` with ``shape``: as is when the shapes match; a leading prefix of ``shape`` (one value per
+    trajectory ``[B]`` for samples ``[B, T]``) is repeated along the trailing dimensions (a view)."""
+    if x.shape == shape:
+        return x
+    if tuple(shape[:x.dim()]) != tuple(x.shape):
+        raise ValueError(f"{fn}: {name} has shape {tuple(x.shape)}; expected {tuple(shape)} or a leading "
+                         f"prefix of it (one value per row)")
+    return x.reshape(*x.shape, *([1] * (len(shape) - x.dim()))).expand(shape)
+
+
+def _expand_tasks(fn: str, tasks: torch.Tensor | None, shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """Integer task ids of ``shape`` (see ``_rows``); ``None`` is task 0 everywhere (K = 1)."""
+    if tasks is None:
+        return torch.zeros(shape, dtype=torch.long, device=device)
+    if tasks.is_floating_point() or tasks.is_complex() or tasks.dtype == torch.bool:
+        raise ValueError(f"{fn}: tasks must hold integer task ids, got dtype {tasks.dtype}")
+    return _rows(fn, "tasks", tasks.to(device), shape)
+
+
+def popart_update(stats: PopArtStats, targets: torch.Tensor, tasks: torch.Tensor | None, beta: float,
+                  valid: torch.Tensor | None = None, reduce: Reduce | None = None) -> PopArtStats:
+    """ART: the statistics moved towards each task's batch moments (module docstring); new tensors.
+
+    Args:
+        stats: the current statistics, ``[K]`` float64.
+        targets: value targets in the reward scale (e.g. V-trace ``vs``), any shape ``S`` and float dtype.
+        tasks: integer task ids in ``[0, K)``, of shape ``S`` or a leading prefix of it (``[B]`` for
+            ``[B, T]`` targets); ``None``: every sample is task 0 (single-task PopArt).
+        beta: step size in ``(0, 1]`` (``--popart_beta``).
+        valid: bool of shape ``S`` (or a leading prefix); samples where it is False do not count (their
+            targets and task ids may be anything, NaN included). ``None``: all count.
+        reduce: with data-parallel ranks, a sum over ranks; the per-task counts, sums and sums of squares
+            (one ``[3, K]`` float64 tensor) go through it in a single call, so every rank gets the
+            statistics of all ranks' samples. It is a collective: every rank must call ``popart_update``
+            at every step, with an empty or all-invalid batch too.
+
+    Returns:
+        The new ``PopArtStats``; tasks with no valid sample (over all ranks) keep theirs.
+    """
+    if not 0.0 < beta <= 1.0:
+        raise ValueError(f"popart_update: beta={beta} must be in (0, 1]")
+    mu, nu = stats.mu, stats.nu
+    num_tasks = mu.shape[0]
+    if mu.dtype != torch.float64 or nu.dtype != torch.float64 or mu.shape != (num_tasks,) or nu.shape != mu.shape:
+        raise ValueError(f"popart_update: stats must be two [K] float64 tensors, got mu {tuple(mu.shape)} "
+                         f"{mu.dtype}, nu {tuple(nu.shape)} {nu.dtype}")
+    with torch.no_grad():
+        g = targets.detach().to(device=mu.device, dtype=torch.float64)
+        ids = _expand_tasks("popart_update", tasks, g.shape, g.device).to(mu.device)
+        if valid is None:
+            keep = torch.ones_like(g, dtype=torch.bool)
+        else:
+            keep = _rows("popart_update", "valid", valid.to(device=mu.device, dtype=torch.bool), g.shape)
+        ids = torch.where(keep, ids, torch.zeros_like(ids)).reshape(-1).long()
+        if ids.numel() and bool(((ids < 0) | (ids >= num_tasks)).any()):
+            bad = ids[(ids < 0) | (ids >= num_tasks)][0].item()
+            raise ValueError(f"popart_update: task id {bad} out of range; allowed: 0 .. {num_tasks - 1} "
+                             f"(K={num_tasks})")
+        w = keep.reshape(-1).to(torch.float64)
+        g = torch.where(keep, g, torch.zeros_like(g)).reshape(-1)  # masked-out NaNs must not reach the sums
+        moments = torch.zeros(3, num_tasks, dtype=torch.float64, device=mu.device)
+        moments[0].index_add_(0, ids, w)
+        moments[1].index_add_(0, ids, g)
+        moments[2].index_add_(0, ids, g * g)
+        if reduce is not None:
+            moments = reduce(moments)
+        count, total, squares = moments.unbind()
+        present = count > 0
+        n = count.clamp(min=1.0)
+        new_mu = torch.where(present, (1.0 - beta) * mu + beta * (total / n), mu)
+        new_nu = torch.where(present, (1.0 - beta) * nu + beta * (squares / n), nu)
+    return PopArtStats(mu=new_mu, nu=new_nu)
+
+
+def popart_normalize(values: torch.Tensor, tasks: torch.Tensor | None, mu: torch.Tensor,
+                     sigma: torch.Tensor) -> torch.Tensor:
+    """``(values - mu[task]) / sigma[task]`` per sample, in ``values``' dtype (reward scale -> head scale).
+
+    ``values`` any shape ``S``; ``tasks`` of shape ``S``, a leading prefix of it, or ``None`` (task 0);
+    ``mu``, ``sigma`` ``[K]`` (``sigma`` already clipped, e.g. ``stats.sigma(clip_min)``)."""
+    ids = _expand_tasks("popart_normalize", tasks, values.shape, values.device)
+    inv = (1.0 / sigma).to(device=values.device, dtype=values.dtype)
+    shift = (-mu / sigma).to(device=values.device, dtype=values.dtype)
+    return torch.addcmul(shift[ids], values, inv[ids])
+
+
+def popart_unnormalize(values: torch.Tensor, tasks: torch.Tensor | None, mu: torch.Tensor,
+                       sigma: torch.Tensor) -> torch.Tensor:
+    """``sigma[task] * values + mu[task]`` per sample, in ``values``' dtype (head scale -> reward scale);
+    the inverse of ``popart_normalize``. Gradients flow through ``values``."""
+    ids = _expand_tasks("popart_unnormalize", tasks, values.shape, values.device)
+    scale = sigma.to(device=values.device, dtype=values.dtype)
+    shift = mu.to(device=values.device, dtype=values.dtype)
+    return torch.addcmul(shift[ids], values, scale[ids])
+
+
+def select_task_values(outputs: torch.Tensor, tasks: torch.Tensor | None) -> torch.Tensor:
+    """Each sample's own task column of the value head: ``outputs [*S, K]`` -> ``[*S]``,
+    ``outputs[..., tasks]`` per sample (``tasks`` of shape ``S``, a leading prefix of it, or ``None``:
+    column 0). Gradients flow through the selected column only."""
+    ids = _expand_tasks("select_task_values", tasks, outputs.shape[:-1], outputs.device)
+    return outputs.gather(-1, ids.unsqueeze(-1).long()).squeeze(-1)
+
+
+def popart_advantages(advantages: torch.Tensor, tasks: torch.Tensor | None, sigma: torch.Tensor) -> torch.Tensor:
+    """Scale-invariant policy-gradient advantages (Hessel et al. 2019, the actor's update with PopArt):
+
+        (r_t + gamma v_{t+1} - mu_k) / sigma_k - n_k(x_t) = (r_t + gamma v_{t+1} - V_k(x_t)) / sigma_k
+
+    since ``V_k = sigma_k n_k + mu_k``: the advantage in the reward scale divided by its task's
+    ``sigma`` (the scale the values came from), so every task's policy gradient has the same
+    magnitude whatever its reward scale. Same shape and dtype as ``advantages``."""
+    ids = _expand_tasks("popart_advantages", tasks, advantages.shape, advantages.device)
+    inv = (1.0 / sigma).to(device=advantages.device, dtype=advantages.dtype)
+    return advantages * inv[ids]
+
+
+def popart_rescaled_head(weight: torch.Tensor, bias: torch.Tensor, old_mu: torch.Tensor, old_sigma: torch.Tensor,
+                         mu: torch.Tensor, sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """POP as a pure function: the head ``(W [K, H], b [K])`` that gives under ``(mu, sigma)`` the
+    reward-scale values ``(W, b)`` gave under ``(old_mu, old_sigma)`` (module docstring). Computed in
+    float64, returned in the dtypes of ``weight`` and ``bias``, detached."""
+    num_tasks = old_mu.shape[0]
+    if weight.dim() != 2 or weight.shape[0] != num_tasks or bias.shape != (num_tasks,):
+        raise ValueError(f"popart: the value head must be weight [K, H] and bias [K] with K={num_tasks} tasks, got "
+                         f"weight {tuple(weight.shape)}, bias {tuple(bias.shape)}")
+    with torch.no_grad():
+        def f64(x: torch.Tensor) -> torch.Tensor:
+            return x.detach().to(device=weight.device, dtype=torch.float64)
+
+        old_s, new_s = f64(old_sigma), f64(sigma)
+        new_w = (f64(weight) * (old_s / new_s).unsqueeze(1)).to(weight.dtype)
+        new_b = ((old_s * f64(bias) + f64(old_mu) - f64(mu)) / new_s).to(bias.dtype)
+    return new_w, new_b
+
+
+def popart_preserve_(head: nn.Linear, old_mu: torch.Tensor, old_sigma: torch.Tensor, mu: torch.Tensor,
+                     sigma: torch.Tensor) -> None:
+    """POP in place on the value head ``nn.Linear(H, K)`` (weight ``[K, H]``, bias ``[K]``), without
+    autograd: its reward-scale outputs under ``(mu, sigma)`` equal those under ``(old_mu, old_sigma)``.
+
+    The parameters stay the same tensors (the optimizer keeps tracking them). The optimizer's state is
+    not touched: neither paper rescales it (Algorithm 1 is plain SGD; Hessel et al. describe no change
+    to their RMSProp statistics), so Adam's moments for the head stay in the old scale: a mismatch of
+    the order of ``sigma_old / sigma_new - 1`` (``O(beta)``) per step. The parameters' version counters
+    move, so a graph built before this call cannot be backpropagated through the head afterwards
+    (autograd says so; nothing is silently wrong)."""
+    if head.bias is None:
+        raise ValueError("popart_preserve_: the value head has no bias; PopArt needs one to absorb the shift mu")
+    new_w, new_b = popart_rescaled_head(head.weight, head.bias, old_mu, old_sigma, mu, sigma)
+    with torch.no_grad():
+        head.weight.copy_(new_w)
+        head.bias.copy_(new_b)
+
+
+def popart_step(stats: PopArtStats, head: nn.Linear, targets: torch.Tensor, tasks: torch.Tensor | None, beta: float,
+                clip_min: float, clip_max: float = POPART_SIGMA_MAX, valid: torch.Tensor | None = None,
+                reduce: Reduce | None = None) -> PopArtStep:
+    """ART then POP in one call: ``popart_update`` from this batch's targets, then ``popart_preserve_``
+    on ``head`` from the old to the new clipped ``(mu, sigma)``. Arguments as in those two;
+    ``clip_min`` is ``--popart_clip_min``. Returns the new statistics and both scales."""
+    _check_clip(clip_min, clip_max)
+    old_sigma = stats.sigma(clip_min, clip_max)
+    new = popart_update(stats, targets, tasks, beta, valid=valid, reduce=reduce)
+    sigma = new.sigma(clip_min, clip_max)
+    popart_preserve_(head, stats.mu, old_sigma, new.mu, sigma)
+    return PopArtStep(stats=new, sigma=sigma, old_mu=stats.mu, old_sigma=old_sigma)

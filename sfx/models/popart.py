@@ -1,0 +1,64 @@
+"""PopArt's statistics as part of the model (``ActorCritic.popart`` with ``--popart``): one value output per
+task, each trained on targets normalised by its task's statistics; the math is :mod:`sfx.algo.popart`.
+
+The statistics are buffers, so they travel with the weights: saved in checkpoints, restored on resume,
+published to the policy workers together with the head they belong to (a policy worker must never pair a
+rescaled head with old statistics: both are in the same published copy). ``mu`` and ``nu`` are float64
+(the learner's moments); ``sigma`` is kept as a buffer too, computed in float64 after each update, because
+the published copy is float32 and ``sqrt(nu - mu^2)`` recomputed from float32 moments of large returns
+(``1e5``: ``nu ~ 1e10``) would lose every digit to cancellation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from sfx.algo.popart import PopArtStats, popart_normalize, popart_step, popart_unnormalize
+
+
+class PopArt(nn.Module):
+    """Per-task statistics of the value targets: ``mu``, ``nu`` (float64) and ``sigma`` (``[K]`` each).
+
+    ``normalize`` / ``denormalize`` map values between the reward scale and the head's per-task scale;
+    ``update`` moves the statistics towards a minibatch's targets and rescales the value head so its
+    reward-scale outputs do not change (call it after the optimizer step)."""
+
+    def __init__(self, num_tasks: int, beta: float, clip_min: float) -> None:
+        super().__init__()
+        initial = PopArtStats.initial(num_tasks)
+        self.beta = float(beta)
+        self.clip_min = float(clip_min)
+        self.register_buffer("mu", initial.mu)
+        self.register_buffer("nu", initial.nu)
+        self.register_buffer("sigma_", initial.sigma(self.clip_min))
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.mu.shape[0])
+
+    def sigma(self, tasks: torch.Tensor | None = None) -> torch.Tensor:
+        """``[K]`` float64 scales, or with ``tasks`` (any shape) each sample's task's scale in float32."""
+        if tasks is None:
+            return self.sigma_
+        return self.sigma_.to(torch.float32)[tasks.to(device=self.sigma_.device, dtype=torch.long)]
+
+    def normalize(self, values: torch.Tensor, tasks: torch.Tensor | None) -> torch.Tensor:
+        return popart_normalize(values, tasks, self.mu, self.sigma_)
+
+    def denormalize(self, values: torch.Tensor, tasks: torch.Tensor | None) -> torch.Tensor:
+        return popart_unnormalize(values, tasks, self.mu, self.sigma_)
+
+    @torch.no_grad()
+    def update(self, targets: torch.Tensor, tasks: torch.Tensor | None, valid: torch.Tensor | None,
+               head: nn.Linear, reduce: Any = None) -> None:
+        """ART then POP (:func:`sfx.algo.popart.popart_step`): every task's statistics move towards its valid
+        targets in this minibatch (over all ranks with ``reduce``, a collective every rank calls), and
+        ``head`` (``nn.Linear(H, K)``) is rescaled in place to preserve its outputs."""
+        step = popart_step(PopArtStats(self.mu, self.nu), head, targets, tasks, self.beta, self.clip_min,
+                           valid=valid, reduce=reduce)
+        self.mu.copy_(step.stats.mu)
+        self.nu.copy_(step.stats.nu)
+        self.sigma_.copy_(step.sigma)
