@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import argparse
 import shlex
+import signal
 from typing import ClassVar
 
 from sfx_runner.run_description import ExperimentSpec, RunDescription
@@ -54,3 +55,21 @@ def parse_bool(text: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (True or False)")
+
+
+# sfx.train's exit code for "another rank of this training died or hung: start me again, I resume from
+# rank 0's checkpoint" (EX_TEMPFAIL; mirrors sfx.train.EXIT_CODES["rank_lost"]: sfx_runner imports no sfx)
+RESUME_EXIT_CODE = 75
+
+
+def describe_returncode(returncode: int) -> str:
+    """A child's return code in words: ``killed by SIGKILL``, ``exit code 75: another rank died or hung``,
+    ``exit code 1``."""
+    if returncode == RESUME_EXIT_CODE:
+        return f"exit code {returncode}: another rank died or hung"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from sfx_runner.backends.base import Backend, format_command
+from sfx_runner.backends.base import Backend, describe_returncode, format_command
 from sfx_runner.errors import RunnerError
 from sfx_runner.run_description import ExperimentSpec, RunDescription, resolve_interpreter
 from sfx_runner.state import log_path, process_runs_experiment, read_state, write_state
@@ -122,15 +122,6 @@ def gpu_ids(num_gpus: int) -> list[str]:
     if found is not None and num_gpus > found:
         raise RunnerError(f"--num_gpus={num_gpus}, but nvidia-smi -L lists {found} GPU(s)")
     return [str(i) for i in range(num_gpus)]
-
-
-def describe_returncode(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 def log_tail(path: Path, offset: int, lines: int = LOG_TAIL_LINES) -> list[str]:

@@ -36,17 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from sfx_runner.backends.base import format_command
+from sfx_runner.backends.base import RESUME_EXIT_CODE, describe_returncode, format_command
 from sfx_runner.run_description import ExperimentSpec
 from sfx_runner.state import (_read_json, atomic_write_json, experiment_finished, log_path, read_state, runner_dir,
                               write_state)
 
 CODE_ROOT_VAR = "SFX_RUNNER_CODE_ROOT"  # the folder the job script put in front of PYTHONPATH
 LOG_TAIL_LINES = 10
-# Mirrors sfx.train's exit code for "another rank of this training died, hung or was killed: this rank
-# stopped with rank 0's last checkpoint kept; start every rank again and they resume" (EX_TEMPFAIL of
-# sysexits.h). A copy, not an import: sfx_runner never imports sfx's engine.
-RESUME_EXIT_CODE = 75
 DEFAULT_MAX_REQUEUES = 3
 # how long a task whose trainer was lost waits for task 0 to requeue the job (rank 0 notices a lost rank
 # within sfx.train's --distributed_timeout_sec, 300 s by default) before it asks for the requeue itself
@@ -146,17 +142,6 @@ def trainer_outcome(returncode: int, stopped: bool) -> str:
     if returncode == RESUME_EXIT_CODE or returncode < 0 or returncode == 128 + signal.SIGKILL:
         return "resume"  # 128 + 9: what a shell wrapper reports for a SIGKILL (the out-of-memory killer)
     return "failed"
-
-
-def _describe_exit(returncode: int) -> str:
-    if returncode == RESUME_EXIT_CODE:
-        return f"exit code {returncode}: another rank died or hung"
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 def _append(log: Path, line: str) -> None:
@@ -323,7 +308,7 @@ class ExperimentJob:
             self._decide_as_main(job_id, rc, outcome, log)
         if outcome == "resume":
             self._wait_for_requeue(job_id, rc, log)
-        _append(log, f"[runner] slurm job {job_id}{task.describe()}: the trainer failed ({_describe_exit(rc)}); "
+        _append(log, f"[runner] slurm job {job_id}{task.describe()}: the trainer failed ({describe_returncode(rc)}); "
                      f"the other tasks are ended (srun --kill-on-bad-exit) and the job is not requeued")
         raise ExperimentFailed(f"experiment {spec.name}: the trainer of task {task.index} exited with code {rc}; "
                                f"last lines of {log}:\n" + "\n".join(tail_lines(log)))
@@ -338,8 +323,8 @@ class ExperimentJob:
             self._fail_for_task(failed[0], rc, log)
         if outcome == "resume" or lost:
             # rank 0's own error after another rank was lost is most likely the loss seen from here
-            why = (f"the trainer of task 0 ended ({_describe_exit(rc)})" if outcome == "resume" else
-                   f"the trainer of task {lost[0][0]} ended ({_describe_exit(lost[0][1].get('returncode', 0))})")
+            why = (f"the trainer of task 0 ended ({describe_returncode(rc)})" if outcome == "resume" else
+                   f"the trainer of task {lost[0][0]} ended ({describe_returncode(lost[0][1].get('returncode', 0))})")
             self._requeue_or_fail(job_id, rc, why, log)
         write_state(spec, state="failed", returncode=rc, failed_task=0)
         raise ExperimentFailed(f"experiment {spec.name} exited with code {rc}; last lines of {log}:\n"
@@ -405,7 +390,7 @@ class ExperimentJob:
         (which ends this task). If that does not happen within ``rank_grace_sec``, send the job the warning
         signal: task 0 then stops rank 0 and requeues through :meth:`checkpoint`. Never returns."""
         task = self._task
-        _append(log, f"[runner] slurm job {job_id}{task.describe()}: the trainer ended ({_describe_exit(rc)}); "
+        _append(log, f"[runner] slurm job {job_id}{task.describe()}: the trainer ended ({describe_returncode(rc)}); "
                      f"waiting up to {self.rank_grace_sec:.0f} s for task 0 to requeue the job")
         if not self._wait_for_the_end(self.rank_grace_sec) and job_id is not None:
             sig = _preemption_signal()
@@ -506,7 +491,7 @@ class ExperimentJob:
         lost = self._other_tasks("resume")
         if lost and not experiment_finished(self.spec):
             index, record = lost[0]
-            why = f"the trainer of task {index} ended ({_describe_exit(record.get('returncode') or 0)})"
+            why = f"the trainer of task {index} ended ({describe_returncode(record.get('returncode') or 0)})"
             done = int((read_state(self.spec) or {}).get("requeues") or 0)
             if done >= self.max_requeues:
                 message = (f"{why}; the job was requeued {done} time(s) for lost ranks already "
