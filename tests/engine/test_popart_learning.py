@@ -165,3 +165,25 @@ def test_with_popart_both_tasks_learn_without_it_the_large_one_swamps_the_small(
     without = _train_two_scales(tmp_path / "plain", popart=False)
     assert without["flipcart_flipped_x1000"] >= 100_000, without
     assert without["flipcart_plain"] < 50, without
+
+
+def test_task_ids_reach_the_learner_and_the_per_task_curves_in_a_real_training(tmp_path):
+    """Serial mode, two CartPole tasks at rewards x1 and x1000 (two envs each): the learner's statistics of
+    the x1000 task end far above the x1 task's (so each trajectory carried its own env's task), and
+    TensorBoard has both tasks' curves."""
+    from sfx.cfg import parse_args
+    from sfx.engine import run_training
+    from sfx.experiment import load_latest_checkpoint
+    from sfx_tb import load_scalars
+
+    cfg = parse_args(["--env=multitask", "--multitask_envs=gym_CartPole-v1,gym_CartPole-v1",
+                      "--multitask_reward_scales=1,1000", "--popart=True", "--popart_beta=0.05", "--serial_mode=True",
+                      "--num_workers=1", "--num_envs_per_worker=4", "--batch_size=256", "--use_rnn=False",
+                      "--hidden_size=32", "--device=cpu", "--train_for_env_steps=6000", f"--train_dir={tmp_path}",
+                      "--experiment=tasks", "--experiment_summaries_interval=1"])
+    result = run_training(cfg)
+    assert result["status"] == "done"
+    mu = load_latest_checkpoint(cfg, 0)["model"]["popart.mu"]
+    assert mu.shape == (2,) and mu[1] > 100 * abs(mu[0]) > 0, mu
+    tags = set(load_scalars(["tasks"], dir=str(tmp_path))["tag"])
+    assert {"task/gym_CartPole-v1/reward", "task/gym_CartPole-v1_x1000/reward"} <= tags
