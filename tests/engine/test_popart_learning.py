@@ -6,23 +6,17 @@ import pytest
 import torch
 
 from sfx.algo.popart import PopArtStats, popart_update
-from sfx.cfg import default_cfg
-from sfx.engine.coordinator import check_checkpoints_fit, probe_env
+from sfx.engine.coordinator import check_checkpoints_fit
 from sfx.engine.learner import learning_step, make_optimizer
 from sfx.errors import ConfigError
-from sfx.models import create_actor_critic
 from tests.engine.test_learning_step import _batch
+from tests.engine.test_learning_step import _setup as _learning_setup
 
 
 def _setup(tmp_path, num_tasks=2, **overrides):
-    base = dict(rollout=8, recurrence=4, batch_size=32, hidden_size=16, device="cpu", reward_clip=1e9,
-                train_dir=str(tmp_path), popart=True, popart_beta=0.3)
-    base.update(overrides)
-    cfg = default_cfg(**base)
-    info = probe_env(cfg)
-    torch.manual_seed(0)
-    model = create_actor_critic(cfg, info.observation_space, info.action_space, num_tasks=num_tasks).train()
-    return cfg, model
+    """test_learning_step's model and cfg, with PopArt on, no reward clipping, a fast-moving statistic."""
+    return _learning_setup(tmp_path, num_tasks=num_tasks, **{"reward_clip": 1e9, "popart": True, "popart_beta": 0.3,
+                                                             **overrides})
 
 
 def _two_task_batch(model, n=4, T=8, seed=1, tasks=(0, 1, 0, 1), scale=(1.0, 1000.0)):
