@@ -119,11 +119,13 @@ def enjoy(cfg: Any) -> dict:
     (agent steps times env_frameskip), ``video_path`` (str or None), ``interrupted`` (Ctrl+C).
     Raises :class:`~sfx.cfg.ConfigError` when the experiment has no checkpoint.
     """
-    from sfx.algo.distributions import action_to_env, make_action_distribution
+    import gymnasium as gym
+
+    from sfx.algo.distributions import action_shape, action_to_env, make_action_distribution
     from sfx.engine.wiring import resolve_device
     from sfx.experiment import checkpoint_dir, experiment_dir, load_latest_checkpoint
     from sfx.models import create_actor_critic
-    from sfx.models.obs import stack_obs
+    from sfx.models.obs import PREV_ACTION_KEY, PREV_REWARD_KEY, stack_obs
 
     cfg = _with_eval_flags(cfg)
     policy_id = int(cfg.policy_index)
@@ -174,6 +176,13 @@ def enjoy(cfg: Any) -> dict:
         # the state each episode starts from, as the model's core declares it (zeros for GRU / LSTM)
         initial_rnn = model.initial_rnn_states(1, device)[0]
         rnn_states = initial_rnn.expand(num_agents, rnn_size).clone()
+        # a memory core (Transformer-XL): each agent's memory, written as the policy workers would
+        memory = (torch.zeros(num_agents, model.memory_len, model.memory_width, device=device)
+                  if model.memory_len else None)
+        # --use_prev_action_reward: what the rollout workers write beside each observation (zeros: episode start)
+        prev_action = torch.zeros(num_agents, action_shape(action_space), device=device)
+        prev_reward = torch.zeros(num_agents, 1, device=device)
+        prev_offset = 0.0 if isinstance(action_space, gym.spaces.Box) else 1.0
         running_reward = np.zeros(num_agents, dtype=np.float64)
         running_len = np.zeros(num_agents, dtype=np.int64)
         rewards: list[float] = []
@@ -184,10 +193,15 @@ def enjoy(cfg: Any) -> dict:
             while len(rewards) < max_episodes and frames < max_frames:
                 step_start = time.monotonic()
                 obs_t = {k: v.to(device) for k, v in stack_obs(obs, env.observation_space).items()}
+                if model.prev_action_reward:
+                    obs_t.update({PREV_ACTION_KEY: prev_action.clone(), PREV_REWARD_KEY: prev_reward.clone()})
                 with torch.no_grad():
-                    out = model.forward_step(obs_t, rnn_states)
+                    out = (model.forward_step(obs_t, rnn_states) if memory is None
+                           else model.forward_step(obs_t, rnn_states, None, memory))
                     dist = make_action_distribution(action_space, out["action_params"])
                     actions = dist.mode() if deterministic else dist.sample()
+                    if memory is not None:
+                        memory[torch.arange(num_agents, device=device), out["memory_index"]] = out["memory_entry"]
                 rnn_states = out["new_rnn_states"]
                 actions_np = actions.float().cpu().numpy().reshape(num_agents, -1)
                 env_actions = [action_to_env(action_space, actions_np[i]) for i in range(num_agents)]
@@ -196,11 +210,15 @@ def enjoy(cfg: Any) -> dict:
                 frames += num_agents * frameskip
                 if video is not None:
                     video.add(_render(env, cfg))
+                prev_action = actions.float().reshape(num_agents, -1) + prev_offset
+                prev_reward = torch.as_tensor(np.asarray(step_rewards, dtype=np.float32), device=device).reshape(-1, 1)
                 for i in range(num_agents):
                     running_reward[i] += float(step_rewards[i])
                     running_len[i] += 1
                     if not (terminated[i] or truncated[i]):
                         continue
+                    prev_action[i] = 0.0
+                    prev_reward[i] = 0.0
                     # the env's episode stats carry the raw reward even when wrappers rescale it
                     stats = (infos[i] or {}).get("episode") or {}
                     reward = float(stats.get("reward", running_reward[i]))

@@ -226,3 +226,43 @@ def test_multi_agent_episodes_are_counted_per_agent_and_reset_the_rnn(tmp_path, 
             first_step = float(obs[agent, 0]) == 0.0
             # a new episode starts from a zero recurrent state, a running one carries it
             assert bool(torch.all(states[agent] == 0)) == first_step, (agent, obs, states)
+
+
+def test_a_transformer_xl_agent_with_previous_action_and_reward_plays(tmp_path, monkeypatch):
+    """enjoy keeps each agent's Transformer-XL memory and previous action / reward as the engine does:
+    the memory's episode count grows step by step and restarts with every episode, and the previous
+    action (choice + 1) and reward are zeros at an episode start."""
+    from sfx.models.obs import PREV_ACTION_KEY, PREV_REWARD_KEY
+
+    where = make_experiment(tmp_path, CARTPOLE, "--rnn_type=trxl", "--mem_len=4", "--n_layer=1", "--n_heads=2",
+                            "--d_head=4", "--d_inner=16", "--use_prev_action_reward=True")
+    seen = []
+
+    import sfx.models
+
+    real_create = sfx.models.create_actor_critic
+
+    def recording_create(*args, **kwargs):
+        model = real_create(*args, **kwargs)
+        forward_step = model.forward_step
+
+        def recorded(obs, rnn_states, tasks=None, memory=None):
+            out = forward_step(obs, rnn_states, tasks, memory)
+            seen.append((rnn_states[0, 0].item(), obs[PREV_ACTION_KEY][0, 0].item(), obs[PREV_REWARD_KEY][0, 0].item(),
+                         memory is not None))
+            return out
+
+        model.forward_step = recorded
+        return model
+
+    monkeypatch.setattr(sfx.models, "create_actor_critic", recording_create)
+    result = run_enjoy([*where, "--no_render", "--max_num_episodes=3", "--device=cpu"])
+    assert len(result["rewards"]) == 3
+    lengths = [int(x) for x in result["lengths"]]
+    starts = np.cumsum([0] + lengths[:-1])
+    assert all(s[3] for s in seen)
+    for i, (valid, prev_action, prev_reward, _) in enumerate(seen[:sum(lengths)]):
+        t = i - max(s for s in starts if s <= i)  # step within its episode
+        assert valid == min(t, 4)
+        assert (prev_action, prev_reward) == ((0.0, 0.0) if t == 0 else (prev_action, 1.0))
+        assert t == 0 or prev_action in (1.0, 2.0)  # CartPole's two actions, stored + 1

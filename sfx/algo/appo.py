@@ -90,12 +90,16 @@ class TrajectoryOutputs(NamedTuple):
         values: ``[B, T]`` values in the reward scale (carry the gradient).
         values_normalized: ``[B, T]`` the value head's output (carries the gradient).
         bootstrap_values: ``[B]`` ``V(x_T)`` in the reward scale, after the last step (no gradient).
+        encoder_features, core_outputs: the (actor's) encoder output ``[B * T, F]`` and core output
+            ``[B, T, H]`` with gradient, when the model has auxiliary heads; else None.
     """
 
     action_params: torch.Tensor
     values: torch.Tensor
     values_normalized: torch.Tensor
     bootstrap_values: torch.Tensor
+    encoder_features: torch.Tensor | None = None  # [B * T, F] (the actor's), for auxiliary losses, when asked
+    core_outputs: torch.Tensor | None = None      # [B, T, H] (the actor's), for auxiliary losses, when asked
 
 
 class LossTerms(NamedTuple):

@@ -68,6 +68,13 @@ def _categorical_sizes(space: spaces.Space) -> list[int] | None:
     return None
 
 
+def categorical_sizes(space: spaces.Space) -> list[int] | None:
+    """Choices of each categorical head of a supported action space (one per column of a stored
+    action); None for Box actions."""
+    _check_supported(space)
+    return _categorical_sizes(space)
+
+
 def _check_supported(space: Any) -> None:
     if isinstance(space, spaces.Box) or _categorical_sizes(space) is not None:
         return

@@ -130,6 +130,16 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--value_loss_coeff", type=float, default=0.5, help="value loss coefficient")
     g.add_argument("--kl_loss_coeff", type=float, default=0.0,
                    help="coefficient of KL(behaviour || current) penalty; 0 = off")
+    # Brain Agent's self-supervised auxiliary losses (image observations with a built-in conv/resnet encoder)
+    g.add_argument("--aux_loss_reconstruction_coeff", type=float, default=0.0,
+                   help="coefficient of the frame reconstruction loss (a decoder mirroring the encoder; MSE on frames "
+                        "scaled to [-1, 1]); 0 = off, Brain Agent: 0.01")
+    g.add_argument("--aux_loss_future_pred_coeff", type=float, default=0.0,
+                   help="coefficient of the future-frame prediction loss (the core's output rolled forward with the "
+                        "actions taken, predicting frames up to --aux_loss_future_pred_horizon steps ahead within "
+                        "the episode); 0 = off, Brain Agent: 1.0")
+    g.add_argument("--aux_loss_future_pred_horizon", type=int, default=10,
+                   help="future prediction: the farthest step predicted")
     g.add_argument("--max_grad_norm", type=float, default=4.0, help="gradient norm clip; <= 0 disables clipping")
     g.add_argument("--max_nan_batches", type=int, default=20,
                    help="minibatches in a row with NaN/inf (targets, loss or gradients) that are skipped before the "
@@ -180,9 +190,23 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     # no argparse choices: names registered with sfx.models.register_core are valid too; validate_cfg
     # checks the name against sfx.cfg.core_names (torch-free) and lists the allowed ones
     g.add_argument("--rnn_type", default="gru",
-                   help="recurrent core type (with --use_rnn): gru, lstm, or a custom core registered with "
-                        "sfx.models.register_core")
-    g.add_argument("--rnn_num_layers", type=int, default=1, help="recurrent core layers")
+                   help="recurrent core type (with --use_rnn): gru, lstm, trxl (Transformer-XL), or a custom core "
+                        "registered with sfx.models.register_core")
+    g.add_argument("--rnn_num_layers", type=int, default=1, help="recurrent core layers (gru, lstm)")
+    # Transformer-XL (--rnn_type=trxl), named after Brain Agent's settings; its DMLab-30 agent used
+    # --hidden_size=256 --mem_len=512 --n_layer=12 --n_heads=8 --d_head=64 --d_inner=2048 (on GPUs)
+    g.add_argument("--mem_len", type=int, default=64,
+                   help="trxl: steps of per-agent memory each step attends to (within its episode)")
+    g.add_argument("--n_layer", type=int, default=2, help="trxl: transformer layers")
+    g.add_argument("--n_heads", type=int, default=4, help="trxl: attention heads")
+    g.add_argument("--d_head", type=int, default=64, help="trxl: width of each attention head")
+    g.add_argument("--d_inner", type=int, default=1024, help="trxl: width of the position-wise feed-forward layer")
+    g.add_argument("--trxl_dropout", type=float, default=0.0, help="trxl: dropout in attention and feed-forward")
+    g.add_argument("--trxl_gate", choices=["none", "gru"], default="none",
+                   help="trxl: none = TrXL-I residual connections (Brain Agent); gru = GTrXL's gates")
+    add_bool_arg(g, "use_prev_action_reward", False,
+                 "the core's input also gets the previous action (one-hot per action head) and the previous "
+                 "reward clipped to [-1, 1] (Brain Agent's extended input); zeros at an episode start")
     g.add_argument("--hidden_size", type=int, default=512, help="width of the encoder output and the core")
     # no argparse choices: names registered with sfx.models.register_encoder are valid too; the
     # model registry rejects unknown ones with the list of allowed names before any worker starts

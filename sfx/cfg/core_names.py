@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sfx.errors import ConfigError
 
-BUILTIN_CORES = ("gru", "lstm")
+BUILTIN_CORES = ("gru", "lstm", "trxl")
 
 _custom_names: list[str] = []
 

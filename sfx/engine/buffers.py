@@ -47,6 +47,7 @@ class TrajectoryBuffers:
     policy_versions: torch.Tensor  # [N, T] int64, version of the weights that acted
     active: torch.Tensor          # [N, T] bool, False where the env said the agent was not playing
     task: torch.Tensor            # [N] int64, the task of the env the trajectory came from (0 = single task)
+    memory: torch.Tensor          # [N, M, W] a memory core's per-agent memory before step 0 ([N, 0, 0] without)
 
     @property
     def num_slots(self) -> int:
@@ -77,8 +78,9 @@ def _shared_obs(leading: tuple, spec: ObsSpec) -> dict[str, torch.Tensor]:
 
 
 def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_size: int, action_dim: int,
-                                action_params_size: int) -> TrajectoryBuffers:
-    """Allocate one policy's slots in shared memory; ``obs`` is :func:`sfx.models.obs.obs_spec`."""
+                                action_params_size: int, memory_shape: tuple[int, int] = (0, 0)) -> TrajectoryBuffers:
+    """Allocate one policy's slots in shared memory; ``obs`` is :func:`sfx.models.obs.obs_spec`;
+    ``memory_shape``: ``(memory_len, memory_width)`` of the model's core (see sfx.models.MemoryCore)."""
     n, t = num_slots, rollout
 
     def z(shape, dtype=torch.float32):
@@ -98,6 +100,7 @@ def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_
         policy_versions=z((n, t), torch.int64),
         active=z((n, t), torch.bool),
         task=z((n,), torch.int64),
+        memory=z((n, *memory_shape)),
     )
 
 
@@ -110,13 +113,19 @@ class AgentBuffers:
     final_obs: dict[str, torch.Tensor]  # key -> [A, *shape]
     final_rnn: torch.Tensor             # [A, S]
     initial_rnn: torch.Tensor           # [S]: the state every episode starts from (the core's declaration)
+    # [A, M, W] a memory core's memory of each agent (ring order; the state row says which rows count).
+    # Policy workers read it and write each step's entry; rollout workers copy it into a slot that
+    # continues an episode. Never reset: an episode start resets the state row instead.
+    memory: torch.Tensor
 
 
-def allocate_agent_buffers(num_agents_total: int, obs: ObsSpec, rnn_size: int) -> AgentBuffers:
+def allocate_agent_buffers(num_agents_total: int, obs: ObsSpec, rnn_size: int,
+                           memory_shape: tuple[int, int] = (0, 0)) -> AgentBuffers:
     return AgentBuffers(
         final_obs=_shared_obs((num_agents_total,), obs),
         final_rnn=torch.zeros((num_agents_total, rnn_size)).share_memory_(),
         initial_rnn=torch.zeros(rnn_size).share_memory_(),
+        memory=torch.zeros((num_agents_total, *memory_shape)).share_memory_(),
     )
 
 
@@ -150,8 +159,11 @@ class WeightsBuffer:
 
     @staticmethod
     def state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
-        """The tensors that define a model's behaviour, in a fixed order."""
-        return [t for t in model.state_dict(keep_vars=True).values() if t.is_floating_point()]
+        """The tensors that define a model's behaviour, in a fixed order (without the parts only a learner
+        uses: names starting with one of the model's ``learner_only_prefixes``, e.g. auxiliary heads)."""
+        skip = tuple(getattr(model, "learner_only_prefixes", ()))
+        return [t for name, t in model.state_dict(keep_vars=True).items()
+                if t.is_floating_point() and not (skip and name.startswith(skip))]
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> "WeightsBuffer":

@@ -92,8 +92,8 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
             ``--exploration_loss=symmetric_kl`` its cap of 30 applies to each rank's mean.
 
     Returns:
-        The step's statistics: ``loss/total``, ``loss/<term>``, ``entropy``, ``kl``, ``grad_norm``,
-        ``ratio_mean``, ``adv_std``, ``value_mean``, ``target_mean``.
+        The step's statistics: ``loss/total``, ``loss/<term>`` (auxiliary terms too: ``loss/aux_*``),
+        ``entropy``, ``kl``, ``grad_norm``, ``ratio_mean``, ``adv_std``, ``value_mean``, ``target_mean``.
 
     Raises:
         NonFiniteBatch: targets, loss or gradients not finite; the weights are unchanged.
@@ -105,7 +105,9 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     # each chunk from the recurrent state the behaviour policy had there.
     popart = model.popart
     tasks = mb["task"] if popart is not None else None  # PopArt: each trajectory's task
-    out = model.forward_trajectories(mb["obs"], mb["rnn_states"], done, cfg.recurrence if cfg.use_rnn else T, tasks)
+    memory = mb["memory"] if model.memory_len else None  # a memory core: the memory before each trajectory
+    out = model.forward_trajectories(mb["obs"], mb["rnn_states"], done, cfg.recurrence if cfg.use_rnn else T, tasks,
+                                     memory)
     space = model.action_space
     dist = make_action_distribution(space, out.action_params.reshape(n * T, -1))
     log_prob = dist.log_prob(mb["actions"].reshape(n * T, -1)).reshape(n, T)
@@ -135,6 +137,16 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     for name, coeff in params.coefficients.items():
         weighted = coeff * getattr(terms, name)
         loss = weighted if loss is None else loss + weighted
+    aux_terms = {}
+    aux_coeffs = {"aux_reconstruction": cfg.aux_loss_reconstruction_coeff,
+                  "aux_future_pred": cfg.aux_loss_future_pred_coeff}
+    if model.aux is not None and any(aux_coeffs[name] for name in model.aux.enabled):
+        # Brain Agent's auxiliary losses: extra named terms from the model's heads. A coefficient of 0 adds
+        # nothing (not even a zero gradient), so the step is exactly the one without that head.
+        aux_terms = model.aux.loss_terms(mb["obs"], out.encoder_features, out.core_outputs, mb["actions"], done, valids)
+        for name, term in aux_terms.items():
+            if aux_coeffs[name]:
+                loss = loss + aux_coeffs[name] * term
 
     bad = not bool(torch.isfinite(loss))
     if group.any(bad) if group is not None else bad:
@@ -163,6 +175,7 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     names = {"exploration": f"loss/{cfg.exploration_loss}"}
     stats = {"loss/total": loss.item()}
     stats.update({names.get(name, f"loss/{name}"): getattr(terms, name).item() for name in LOSS_TERMS})
+    stats.update({f"loss/{name}": term.item() for name, term in aux_terms.items()})
     stats.update({
         "entropy": terms.entropy.item(), "kl": terms.kl.item(), "grad_norm": grad_norm.item(),
         "ratio_mean": terms.ratio_mean.item(), "adv_std": terms.adv_std.item(),

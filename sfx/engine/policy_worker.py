@@ -73,13 +73,19 @@ class PolicyWorker(Component):
 
         obs = {k: v[slots, ts] for k, v in traj.obs.items()}
         rnn = traj.rnn_states[slots, ts]
+        # a memory core (Transformer-XL): each row's agent's memory; a truncated episode's last value reads
+        # the same agent's memory (this step's entry is written only after the forward pass)
+        memory_agents = rows_t[:, REQ_AGENT] if self.model.memory_len else None
         if bool(trunc_mask.any()):
             trunc_rows = rows_t[trunc_mask]
             agent_idx = trunc_rows[:, REQ_AGENT]
             obs = {k: torch.cat([v, self.agents.final_obs[k][agent_idx]]) for k, v in obs.items()}
             rnn = torch.cat([rnn, self.agents.final_rnn[agent_idx]])
+            if memory_agents is not None:
+                memory_agents = torch.cat([memory_agents, agent_idx])
         else:
             trunc_rows = None
+        memory = None if memory_agents is None else self.agents.memory[memory_agents].to(dev, non_blocking=True)
 
         tasks = None
         if self.model.popart is not None:  # per-task value outputs: each row's task (its slot's)
@@ -89,7 +95,7 @@ class PolicyWorker(Component):
             tasks = tasks.to(dev, non_blocking=True)
         with torch.inference_mode():
             out = self.model.forward_step({k: v.to(dev, non_blocking=True) for k, v in obs.items()},
-                                          rnn.to(dev, non_blocking=True), tasks)
+                                          rnn.to(dev, non_blocking=True), tasks, memory)
             params = out["action_params"][:n]
             dist = make_action_distribution(self.model.action_space, params)
             actions = dist.sample()
@@ -102,6 +108,8 @@ class PolicyWorker(Component):
         traj.action_params[slots, ts] = params.cpu()
         traj.values[slots, ts] = values[:n].cpu()
         traj.rnn_states[slots, ts + 1] = new_rnn.cpu()
+        if memory is not None:
+            self.agents.memory[rows_t[:, REQ_AGENT], out["memory_index"][:n].cpu()] = out["memory_entry"][:n].cpu()
         traj.policy_versions[slots, ts] = self.version
         if trunc_rows is not None:
             traj.trunc_values[trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = values[n:].cpu()

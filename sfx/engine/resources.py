@@ -23,13 +23,14 @@ FDS_BASE = 1024
 
 
 def trajectory_buffer_bytes(obs_spec: dict, rollout: int, rnn_size: int, action_dim: int, params_size: int,
-                            num_slots: int, num_policies: int, num_agents_total: int) -> int:
+                            num_slots: int, num_policies: int, num_agents_total: int, memory_floats: int = 0) -> int:
     """Bytes of shared memory :func:`sfx.engine.buffers.allocate_trajectory_buffers` and the agent
-    buffers will take (``obs_spec``: key -> (shape, dtype))."""
+    buffers will take (``obs_spec``: key -> (shape, dtype); ``memory_floats``: a memory core's
+    ``memory_len * memory_width``, held once per slot and once per agent)."""
     obs_bytes = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in obs_spec.values())
     per_slot = ((rollout + 1) * (obs_bytes + 4 * rnn_size)
-                + rollout * (4 * action_dim + 4 * params_size + 4 * 5 + 8 + 3))
-    agents = num_agents_total * (obs_bytes + 4 * rnn_size)
+                + rollout * (4 * action_dim + 4 * params_size + 4 * 5 + 8 + 3) + 8 + 4 * memory_floats)
+    agents = num_agents_total * (obs_bytes + 4 * rnn_size + 4 * memory_floats)
     return per_slot * num_slots * num_policies + agents
 
 

@@ -25,7 +25,7 @@ from sfx.engine.protocol import ACT, REQ, RESEND, ROLLOUT, SHAPING, TRAJ
 from sfx.engine.protocol import REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS  # noqa: F401
 from sfx.engine.queues import Empty
 from sfx.envs.registry import env_seed
-from sfx.models.obs import BOX_KEY
+from sfx.models.obs import BOX_KEY, EXTRA_KEYS, PREV_ACTION_KEY, PREV_REWARD_KEY
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,15 @@ class RolloutWorker(Component):
         self.np = [tree_map(lambda v: v.numpy(), tb.tensors()) for tb in traj_buffers]
         self.final_obs = {k: v.numpy() for k, v in agent_buffers.final_obs.items()}
         # a Box observation is stored under one key; a Dict one key by key (decided in start())
-        self.obs_keys = list(self.final_obs)
+        self.obs_keys = [k for k in self.final_obs if k not in EXTRA_KEYS]
+        # --use_prev_action_reward: the previous action and reward are written beside each observation
+        self.prev_action_reward = PREV_ACTION_KEY in self.final_obs
+        self.prev_action_offset = 0.0  # categorical choices are stored + 1 there (0 = none), set in start()
         self.box_obs = True
         self.final_rnn = agent_buffers.final_rnn.numpy()
+        # a memory core's per-agent memory: copied into a slot that continues an episode (the learner needs
+        # the memory the slot's first step acted with); a slot that starts an episode needs none
+        self.memory = agent_buffers.memory.numpy() if agent_buffers.memory.shape[1] > 0 else None
         # the recurrent state each episode starts from, as the model's core declares it
         init = agent_buffers.initial_rnn if initial_rnn_state is None else initial_rnn_state
         self.init_rnn = init.numpy().copy()
@@ -131,6 +137,7 @@ class RolloutWorker(Component):
             self.env_task[e] = env_task_id(env)
         self.action_space = self.envs[0].action_space
         self.box_obs = not isinstance(self.envs[0].observation_space, gymnasium.spaces.Dict)
+        self.prev_action_offset = 0.0 if isinstance(self.action_space, gymnasium.spaces.Box) else 1.0
 
         for a in range(len(self.slot)):
             self.policy[a] = self._pick_policy(a)
@@ -303,14 +310,15 @@ class RolloutWorker(Component):
                 # the learner bootstraps from V(final obs); the policy worker computes it with
                 # the state the episode would have continued with
                 g = self.agent_offset + a
-                self._write_obs(self.final_obs, g, info["final_obs"])
+                self._write_obs(self.final_obs, g, info["final_obs"], buf["actions"][slot, t], reward)
                 self.final_rnn[g] = buf["rnn_states"][slot, t + 1]
                 self.trunc_slot[a], self.trunc_t[a] = slot, t
             buf["rnn_states"][slot, t + 1] = self.init_rnn
             if self.num_policies > 1:
                 self.repick_policy[a] = True
+        prev = (None, 0.0) if done else (buf["actions"][slot, t], reward)
         t += 1
-        self._write_obs(buf["obs"], (slot, t), obs)
+        self._write_obs(buf["obs"], (slot, t), obs, *prev)
         if t < self.rollout:
             if done and self.repick_policy[a]:
                 self.repick_policy[a] = False
@@ -330,8 +338,12 @@ class RolloutWorker(Component):
         if new_slot is None:
             return
         nbuf = self.np[new_p]
-        self._write_obs(nbuf["obs"], (new_slot, 0), obs)
-        nbuf["rnn_states"][new_slot, 0] = buf["rnn_states"][slot, t] if new_p == p else self.init_rnn
+        self._write_obs(nbuf["obs"], (new_slot, 0), obs, *prev)
+        continues = new_p == p and not done
+        nbuf["rnn_states"][new_slot, 0] = buf["rnn_states"][slot, t] if continues else self.init_rnn
+        if continues and self.memory is not None:
+            # the policy worker wrote step t - 1's entry before it answered
+            nbuf["memory"][new_slot] = self.memory[self.agent_offset + a]
         # sent after the next answer, which may still write a truncation value into this slot
         self.pending_sends[a // self.agents_per_split].append((int(p), int(slot)))
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
@@ -358,12 +370,21 @@ class RolloutWorker(Component):
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
         self._apply_shaping(a)
 
-    def _write_obs(self, dst: dict, index, obs) -> None:
+    def _write_obs(self, dst: dict, index, obs, prev_action=None, prev_reward: float = 0.0) -> None:
+        """An observation into ``dst`` at ``index``; with --use_prev_action_reward also the action and
+        reward that led to it (``prev_action`` None: an episode start, written as zeros)."""
         if self.box_obs:
             dst[BOX_KEY][index] = obs
         else:
             for k in self.obs_keys:
                 dst[k][index] = obs[k]
+        if self.prev_action_reward:
+            if prev_action is None:
+                dst[PREV_ACTION_KEY][index] = 0.0
+                dst[PREV_REWARD_KEY][index] = 0.0
+            else:
+                dst[PREV_ACTION_KEY][index] = prev_action + self.prev_action_offset
+                dst[PREV_REWARD_KEY][index] = prev_reward
 
     def _send_requests(self, split: int) -> None:
         agents = self._split_agents(split)

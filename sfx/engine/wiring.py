@@ -32,7 +32,7 @@ from sfx.engine.learner import trajectories_per_iteration
 from sfx.engine.queues import LocalQueue, SwitchableQueue, make_process_queue
 from sfx.engine.resources import check_shared_memory, trajectory_buffer_bytes
 from sfx.models.device import select_device
-from sfx.models.obs import max_obs_ndim, obs_spec
+from sfx.models.obs import max_obs_ndim, obs_spec, prev_action_reward_spec
 
 log = logging.getLogger(__name__)
 
@@ -251,14 +251,22 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
     num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(sized_for),
                                      cfg.traj_buffers_excess_ratio, serial)
     spec = obs_spec(obs_space)
+    if cfg.use_prev_action_reward:
+        spec.update(prev_action_reward_spec(action_shape(action_space)))
+    memory_shape = (int(model.memory_len), int(model.memory_width)) if model.memory_len else (0, 0)
+    shm_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space),
+                                        action_params_size(action_space), num_slots, cfg.num_policies,
+                                        num_agents_total, memory_shape[0] * memory_shape[1])
     if not serial:
-        check_shared_memory(trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space),
-                                                    action_params_size(action_space), num_slots, cfg.num_policies,
-                                                    num_agents_total))
-    traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size,
-                                             action_shape(action_space), action_params_size(action_space))
+        check_shared_memory(shm_bytes)
+    traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size, action_shape(action_space),
+                                             action_params_size(action_space), memory_shape)
                  for _ in range(cfg.num_policies))
-    agents = allocate_agent_buffers(num_agents_total, spec, rnn_size)
+    agents = allocate_agent_buffers(num_agents_total, spec, rnn_size, memory_shape)
+    if model.memory_len:
+        memory_mib = 4 * memory_shape[0] * memory_shape[1] * (num_slots * cfg.num_policies + num_agents_total) / 2**20
+        log.info("the core's memory (%d steps x %d floats) takes %.0f MiB of shared memory: one per agent and one per "
+                 "trajectory slot (%.0f MiB in all)", memory_shape[0], memory_shape[1], memory_mib, shm_bytes / 2**20)
     # the state every episode starts from, as the model's core declares it (zeros for GRU / LSTM)
     agents.initial_rnn.copy_(model.initial_rnn_states(1, torch.device("cpu"))[0])
     weights = tuple(WeightsBuffer.for_model(model) for _ in range(cfg.num_policies))

@@ -44,13 +44,13 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from sfx.algo.distributions import LOG_STD_MAX, LOG_STD_MIN, action_params_size, action_shape
+from sfx.algo.distributions import LOG_STD_MAX, LOG_STD_MIN, action_params_size, action_shape, categorical_sizes
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.popart import select_task_values
 from sfx.cfg import ConfigError
 from sfx.models.cores import make_core
 from sfx.models.encoders import DictEncoder, chw_shape, init_weights, is_channels_last, make_builtin_encoder
-from sfx.models.obs import BOX_KEY, as_obs_dict, map_obs, obs_spec
+from sfx.models.obs import BOX_KEY, EXTRA_KEYS, PREV_ACTION_KEY, PREV_REWARD_KEY, as_obs_dict, map_obs, obs_spec
 from sfx.models.popart import PopArt
 from sfx.models.registry import resolve_encoder
 
@@ -138,12 +138,20 @@ class ActorCritic(nn.Module):
         self.returns_normalizer: RunningMeanStd | None = (
             RunningMeanStd((), clip=None) if cfg.normalize_returns and self.popart is None else None)
 
+        # --use_prev_action_reward: the core's input also gets the previous action (one-hot per categorical
+        # head, as-is for continuous actions) and the previous reward clipped to [-1, 1]
+        self.prev_action_reward = bool(cfg.use_prev_action_reward)
+        self._action_sizes = categorical_sizes(action_space)  # None for Box actions
+        self.extra_input_size = 0
+        if self.prev_action_reward:
+            self.extra_input_size = (sum(self._action_sizes) if self._action_sizes else action_shape(action_space)) + 1
+
         # Construction order (encoder, core, heads) is kept as before these options existed, so a
         # seeded shared-weights model starts from the same weights.
         self.share_weights = bool(cfg.actor_critic_share_weights)
         if self.share_weights:
             self.encoder = self._make_encoder(cfg, obs_space, encoder)
-            self.core = make_core(cfg, int(self.encoder.out_size))
+            self.core = make_core(cfg, int(self.encoder.out_size) + self.extra_input_size)
             self.rnn_state_size: int = self.core.state_size
             actor_features = critic_features = self.core.out_size
         else:
@@ -151,11 +159,20 @@ class ActorCritic(nn.Module):
                 raise ValueError("a ready-made encoder needs actor_critic_share_weights=True; separate actor "
                                  "and critic trunks each build their own encoder from cfg")
             self.actor_encoder = self._make_encoder(cfg, obs_space)
-            self.actor_core = make_core(cfg, int(self.actor_encoder.out_size))
+            self.actor_core = make_core(cfg, int(self.actor_encoder.out_size) + self.extra_input_size)
             self.critic_encoder = self._make_encoder(cfg, obs_space)
-            self.critic_core = make_core(cfg, int(self.critic_encoder.out_size))
+            self.critic_core = make_core(cfg, int(self.critic_encoder.out_size) + self.extra_input_size)
             self.rnn_state_size = self.actor_core.state_size + self.critic_core.state_size
             actor_features, critic_features = self.actor_core.out_size, self.critic_core.out_size
+        # a per-agent memory (a MemoryCore: Transformer-XL); with separate trunks the two memories side by side
+        cores = [self.core] if self.share_weights else [self.actor_core, self.critic_core]
+        lengths = {int(c.memory_len) for c in cores if getattr(c, "memory_len", 0)}
+        if len(lengths) > 1:
+            raise ConfigError(f"the actor's and the critic's cores keep memories of {sorted(lengths)} steps; "
+                              f"allowed: the same memory_len for both")
+        self.memory_len: int = lengths.pop() if lengths else 0
+        self._memory_widths = [int(getattr(c, "memory_width", 0)) for c in cores]
+        self.memory_width: int = sum(self._memory_widths)
         self.action_params_size: int = action_params_size(action_space)
 
         # Sample Factory 1.x's non-adaptive stddev: the head gives the means, the log-stddev is a
@@ -186,6 +203,19 @@ class ActorCritic(nn.Module):
         gain = float(cfg.policy_init_gain)
         init_weights(self.action_head, scheme, gain)
         init_weights(self.value_head, scheme, gain)
+
+        # Brain Agent's auxiliary losses (sfx.models.aux_heads), built last so that the weights above start
+        # the same with or without them. The learner trains them; policy workers never receive them.
+        self.aux: nn.Module | None = None
+        if cfg.aux_loss_reconstruction_coeff > 0 or cfg.aux_loss_future_pred_coeff > 0:
+            from sfx.models.aux_heads import AuxiliaryHeads
+
+            encoder_ = self.encoder if self.share_weights else self.actor_encoder
+            core_ = self.core if self.share_weights else self.actor_core
+            self.aux = AuxiliaryHeads(cfg, obs_space, action_space, encoder_, int(core_.out_size))
+
+    # parameters and buffers the acting model does not need (sfx.engine.buffers.WeightsBuffer leaves them out)
+    learner_only_prefixes = ("aux.",)
 
     @staticmethod
     def _make_encoder(cfg: Any, obs_space: gym.Space, encoder: nn.Module | None = None) -> nn.Module:
@@ -223,6 +253,8 @@ class ActorCritic(nn.Module):
         place)."""
         out = {}
         for key, x in as_obs_dict(obs).items():
+            if key in EXTRA_KEYS:
+                continue  # the previous action and reward go to the core, not the encoder
             kind = self.obs_kinds[key]
             if kind in ("scaled", "float") and x.dim() >= 3:  # images
                 if key in self._chw_keys and x.dim() == 4:
@@ -254,7 +286,7 @@ class ActorCritic(nn.Module):
         statistics (no-op if disabled). ``reduce``: a sum over data-parallel ranks (the statistics are
         then all ranks' observations together; see ``RunningMeanStd.update``)."""
         for key, x in as_obs_dict(obs).items():
-            norm = self._normalizer(key)
+            norm = None if key in EXTRA_KEYS else self._normalizer(key)
             if norm is None:
                 continue
             kind = self.obs_kinds.get(key)
@@ -325,8 +357,55 @@ class ActorCritic(nn.Module):
         cores = [self.core] if self.share_weights else [self.actor_core, self.critic_core]
         return torch.cat([c.initial_state(batch_size, device).float() for c in cores], dim=1)
 
-    def forward_step(self, obs: torch.Tensor | Mapping[str, torch.Tensor],
-                     rnn_states: torch.Tensor, tasks: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def _extra_input(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """``--use_prev_action_reward``: ``[N, E]`` from the observation's previous-action and -reward
+        columns (see sfx.models.obs), or None when off."""
+        if not self.prev_action_reward:
+            return None
+        if PREV_ACTION_KEY not in obs or PREV_REWARD_KEY not in obs:
+            raise ValueError(f"this model was built with use_prev_action_reward: its observations need the "
+                             f"{PREV_ACTION_KEY!r} and {PREV_REWARD_KEY!r} columns the rollout workers write")
+        action, reward = obs[PREV_ACTION_KEY].float(), obs[PREV_REWARD_KEY].float().reshape(-1, 1)
+        action = action.reshape(reward.shape[0], -1)
+        if self._action_sizes is not None:
+            # stored as choice + 1 (0 = none): one-hot of width n + 1 without its first column
+            action = torch.cat([nn.functional.one_hot(action[:, i].round().long().clamp(0, n), n + 1)[:, 1:]
+                                for i, n in enumerate(self._action_sizes)], dim=1).float()
+        return torch.cat([action, reward.clamp(-1.0, 1.0)], dim=1)
+
+    @staticmethod
+    def _with_extra(features: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+        return features if extra is None else torch.cat([features, extra.to(features.dtype)], dim=1)
+
+    def _split_memory(self, memory: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """``[B, M, W]`` -> each trunk's part (actor first with separate weights)."""
+        if not self.memory_len or memory is None:
+            return [None] * len(self._memory_widths)
+        return list(memory.split(self._memory_widths, dim=-1))
+
+    @staticmethod
+    def _core_step(core: nn.Module, x: torch.Tensor, states: torch.Tensor,
+                   memory: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        if getattr(core, "memory_len", 0):
+            return core.forward_step(x, states, memory)
+        out, new_states = core.forward_step(x, states)
+        return out, new_states, None
+
+    @staticmethod
+    def _core_sequence(core: nn.Module, x: torch.Tensor, states: torch.Tensor, resets: torch.Tensor,
+                       memory: torch.Tensor | None) -> torch.Tensor:
+        if getattr(core, "memory_len", 0):
+            return core.forward_sequence(x, states, resets, memory)
+        return core.forward_sequence(x, states, resets)
+
+    def _check_memory(self, memory: torch.Tensor | None, batch: int) -> None:
+        if self.memory_len and (memory is None or tuple(memory.shape) != (batch, self.memory_len, self.memory_width)):
+            got = None if memory is None else tuple(memory.shape)
+            raise ValueError(f"this model's core keeps a memory: pass memory [{batch}, {self.memory_len}, "
+                             f"{self.memory_width}], got {got}")
+
+    def forward_step(self, obs: torch.Tensor | Mapping[str, torch.Tensor], rnn_states: torch.Tensor,
+                     tasks: torch.Tensor | None = None, memory: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One step for a batch of agents.
 
         Args:
@@ -335,30 +414,48 @@ class ActorCritic(nn.Module):
             rnn_states: ``[B, S]`` state before this step (``S >= 1``; ignored without an RNN); at
                 an episode start, ``initial_rnn_states``.
             tasks: ``[B]`` each agent's task (PopArt: which value output and statistics); None = task 0.
+            memory: ``[B, memory_len, memory_width]`` each agent's memory (a core with a memory only).
 
         Returns:
             ``action_params [B, P]``, ``values [B]`` (reward scale), ``values_normalized [B]``,
-            ``new_rnn_states [B, S]``.
+            ``new_rnn_states [B, S]``; with a memory also ``memory_entry [B, memory_width]`` and
+            ``memory_index [B]`` (long): the caller writes each agent's entry at that row of its memory.
         """
+        self._check_memory(memory, rnn_states.shape[0])
+        obs = as_obs_dict(obs)
+        extra = self._extra_input(obs)
         x = self.preprocess_obs(obs)
+        mems = self._split_memory(memory)
         if self.share_weights:
-            actor_x, new_states = self.core.forward_step(self.encoder(x), rnn_states)
+            actor_x, new_states, entry = self._core_step(self.core, self._with_extra(self.encoder(x), extra),
+                                                         rnn_states, mems[0])
             critic_x = actor_x
+            index_core, index_states = self.core, rnn_states
         else:
             actor_states, critic_states = self._split_states(rnn_states)
-            actor_x, new_actor = self.actor_core.forward_step(self.actor_encoder(x), actor_states)
-            critic_x, new_critic = self.critic_core.forward_step(self.critic_encoder(x), critic_states)
+            actor_x, new_actor, entry_a = self._core_step(self.actor_core, self._with_extra(self.actor_encoder(x), extra),
+                                                          actor_states, mems[0])
+            critic_x, new_critic, entry_c = self._core_step(self.critic_core,
+                                                            self._with_extra(self.critic_encoder(x), extra),
+                                                            critic_states, mems[1])
             new_states = rnn_states if self.rnn_state_size == 0 else torch.cat([new_actor, new_critic], dim=1)
+            entry = None if entry_a is None else torch.cat([entry_a, entry_c], dim=1)
+            index_core, index_states = self.actor_core, actor_states
         values_norm = self._task_values(self.value_head(critic_x), tasks)
-        return {
+        out = {
             "action_params": self._action_params(actor_x),
             "values": self.denormalize_values(values_norm, tasks),
             "values_normalized": values_norm,
             "new_rnn_states": new_states,
         }
+        if entry is not None:
+            out["memory_entry"] = entry
+            out["memory_index"] = index_core.memory_index(index_states)
+        return out
 
     def forward_sequence(self, obs: torch.Tensor | Mapping[str, torch.Tensor], rnn_init: torch.Tensor,
-                         resets: torch.Tensor, tasks: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                         resets: torch.Tensor, tasks: torch.Tensor | None = None,
+                         memory: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """``T`` steps of ``B`` sequences at once; equals ``T`` calls of ``forward_step``.
 
         Args:
@@ -367,32 +464,48 @@ class ActorCritic(nn.Module):
             resets: ``[B, T]`` bool; True: the state before that step is the cores' initial state
                 (episode start), whatever ``rnn_init`` or the previous step hold.
             tasks: ``[B]`` each sequence's task (see :meth:`forward_step`).
+            memory: ``[B, memory_len, memory_width]`` the memory before step 0 (a core with a memory only).
 
         Returns:
-            ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``.
+            ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``; with auxiliary
+            heads also the (actor's) ``encoder_features [B * T, F]`` and ``core_outputs [B, T, H]``.
         """
         B, T = resets.shape
+        self._check_memory(memory, B)
         flat = map_obs(lambda v: v.reshape(B * T, *v.shape[2:]), as_obs_dict(obs))
+        extra = self._extra_input(flat)
         x = self.preprocess_obs(flat)
+        mems = self._split_memory(memory)
         if self.share_weights:
-            actor_x = self.core.forward_sequence(self.encoder(x).reshape(B, T, -1), rnn_init, resets)
+            encoded = self.encoder(x)
+            features = self._with_extra(encoded, extra).reshape(B, T, -1)
+            actor_x = self._core_sequence(self.core, features, rnn_init, resets, mems[0])
+            core_out = actor_x
             actor_x = critic_x = actor_x.reshape(B * T, -1)
         else:
             actor_init, critic_init = self._split_states(rnn_init)
-            actor_x = self.actor_core.forward_sequence(self.actor_encoder(x).reshape(B, T, -1), actor_init, resets)
-            critic_x = self.critic_core.forward_sequence(self.critic_encoder(x).reshape(B, T, -1), critic_init,
-                                                         resets)
+            encoded = self.actor_encoder(x)
+            actor_x = self._core_sequence(self.actor_core, self._with_extra(encoded, extra).reshape(B, T, -1),
+                                          actor_init, resets, mems[0])
+            core_out = actor_x
+            critic_x = self._core_sequence(self.critic_core,
+                                           self._with_extra(self.critic_encoder(x), extra).reshape(B, T, -1),
+                                           critic_init, resets, mems[1])
             actor_x, critic_x = actor_x.reshape(B * T, -1), critic_x.reshape(B * T, -1)
         step_tasks = None if tasks is None else tasks.reshape(B, 1).expand(B, T).reshape(B * T)
         values_norm = self._task_values(self.value_head(critic_x), step_tasks).reshape(B, T)
-        return {
+        out = {
             "action_params": self._action_params(actor_x).reshape(B, T, -1),
             "values_normalized": values_norm,
             "values": self.denormalize_values(values_norm, tasks),
         }
+        if self.aux is not None:
+            out["encoder_features"], out["core_outputs"] = encoded, core_out
+        return out
 
     def forward_trajectories(self, obs: Mapping[str, torch.Tensor], rnn_states: torch.Tensor, dones: torch.Tensor,
-                             recurrence: int, tasks: torch.Tensor | None = None) -> "TrajectoryOutputs":
+                             recurrence: int, tasks: torch.Tensor | None = None,
+                             memory: torch.Tensor | None = None) -> "TrajectoryOutputs":
         """A learner minibatch of trajectories, recomputed with the current weights.
 
         Each trajectory is cut into ``T / recurrence`` chunks; a chunk starts from the recurrent
@@ -406,6 +519,10 @@ class ActorCritic(nn.Module):
             dones: ``[B, T]`` bool, the episode ended (terminated or truncated) at that step.
             recurrence: chunk length ``R`` (``T`` without an RNN); ``T`` must be a multiple of it.
             tasks: ``[B]`` each trajectory's task (see :meth:`forward_step`); None = task 0.
+            memory: a core with a memory: ``[B, memory_len, memory_width]``, the memory before step 0 as
+                acting left it. Each trajectory is then one chunk (``recurrence`` is not used) of ``T + 1``
+                steps: the memory before the rollout is the behaviour policy's (no gradient), the rollout's
+                own steps are recomputed, and step ``T`` gives the bootstrap value.
 
         Returns:
             ``sfx.algo.appo.TrajectoryOutputs``: ``action_params [B, T, P]``, ``values [B, T]``,
@@ -415,22 +532,37 @@ class ActorCritic(nn.Module):
         from sfx.algo.appo import TrajectoryOutputs  # here so this method stays one self-contained block
 
         B, T = dones.shape
+        # the state before step t is reset when the episode ended at step t - 1
+        prev_done = torch.cat([torch.zeros_like(dones[:, :1]), dones[:, :-1]], dim=1)
+        if self.memory_len:
+            resets = torch.cat([prev_done, dones[:, -1:]], dim=1)  # [B, T + 1]
+            out = self.forward_sequence(obs, rnn_states[:, 0], resets, tasks, memory)
+            features = core_out = None
+            if self.aux is not None:
+                features = out["encoder_features"].reshape(B, T + 1, -1)[:, :T].reshape(B * T, -1)
+                core_out = out["core_outputs"][:, :T]
+            return TrajectoryOutputs(action_params=out["action_params"][:, :T],
+                                     values=out["values"][:, :T],
+                                     values_normalized=out["values_normalized"][:, :T],
+                                     bootstrap_values=out["values"][:, T].detach(),
+                                     encoder_features=features, core_outputs=core_out)
         if recurrence < 1 or T % recurrence:
             raise ValueError(f"forward_trajectories: recurrence={recurrence} is not valid for trajectories of "
                              f"{T} steps; allowed: a divisor of {T}")
         R, chunks = recurrence, B * T // recurrence
         seq_obs = {k: v[:, :T].reshape(chunks, R, *v.shape[2:]) for k, v in obs.items()}
         seq_init = rnn_states[:, 0:T:R].reshape(chunks, -1)
-        # the state before step t is reset when the episode ended at step t - 1
-        prev_done = torch.cat([torch.zeros_like(dones[:, :1]), dones[:, :-1]], dim=1)
         chunk_tasks = None if tasks is None else tasks.reshape(B, 1).expand(B, T // R).reshape(chunks)
         out = self.forward_sequence(seq_obs, seq_init, prev_done.reshape(chunks, R), chunk_tasks)
         with torch.no_grad():
             bootstrap = self.forward_step({k: v[:, T] for k, v in obs.items()}, rnn_states[:, T], tasks)["values"]
+        features = core_out = None
+        if self.aux is not None:  # chunks are consecutive pieces of each trajectory: [chunks * R] is [B * T]
+            features, core_out = out["encoder_features"], out["core_outputs"].reshape(B, T, -1)
         return TrajectoryOutputs(action_params=out["action_params"].reshape(B, T, -1),
                                  values=out["values"].reshape(B, T),
                                  values_normalized=out["values_normalized"].reshape(B, T),
-                                 bootstrap_values=bootstrap)
+                                 bootstrap_values=bootstrap, encoder_features=features, core_outputs=core_out)
 
 
 def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space, num_tasks: int = 1) -> ActorCritic:

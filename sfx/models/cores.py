@@ -9,7 +9,16 @@ the built-ins:
 * identity (no RNN, ``--use_rnn=False``): ``S = 0`` (the engine stores one dummy column, passed
   through unchanged);
 * GRU: ``S = layers * hidden``, row = ``h`` of layer 0, layer 1, ...;
-* LSTM: ``S = 2 * layers * hidden``, row = all layers' ``h``, then all layers' ``c``.
+* LSTM: ``S = 2 * layers * hidden``, row = all layers' ``h``, then all layers' ``c``;
+* Transformer-XL (``sfx.models.trxl``): ``S = 2`` (``[valid, pos]``) plus a per-agent memory (below).
+
+A core may also declare a **memory** (:class:`MemoryCore`): ``memory_len`` entries of
+``memory_width`` floats per agent, e.g. a Transformer-XL's hidden states at the agent's past steps,
+far too large to store at every step of a trajectory. The engine keeps one memory per agent in
+shared memory, hands it to ``forward_step`` and writes the step's new entry back where the core
+says; a trajectory slot stores only the memory as it was before the slot's first step, which the
+learner's ``forward_sequence`` receives. The small state row still carries what an episode start
+resets (for Transformer-XL: how many entries belong to the episode), so resets work as for any core.
 
 Both start episodes from zeros. ``forward_sequence`` must give exactly what stepping one
 observation at a time gives, with the state replaced by ``initial_state`` before every step whose
@@ -31,7 +40,7 @@ from torch.nn.utils.rnn import PackedSequence
 from sfx.cfg import ConfigError
 from sfx.cfg.core_names import BUILTIN_CORES, add_core_name, check_rnn_type, core_names, remove_core_name
 
-RNN_TYPES = BUILTIN_CORES  # the built-in ``--rnn_type`` names
+RNN_TYPES = ("gru", "lstm")  # the torch.nn recurrent cores RnnCore wraps
 
 
 class Core(nn.Module):
@@ -56,6 +65,8 @@ class Core(nn.Module):
 
     out_size: int
     state_size: int
+    memory_len: int = 0    # entries of per-agent memory (0: none; see MemoryCore)
+    memory_width: int = 0  # floats per memory entry
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:
         """``[batch_size, state_size]`` float32 state of an agent at an episode start (zeros)."""
@@ -79,6 +90,43 @@ class Core(nn.Module):
         for t in range(x.shape[1]):
             states = self.reset_states(states, resets[:, t])
             out, states = self.forward_step(x[:, t], states)
+            outs.append(out)
+        return torch.stack(outs, dim=1)
+
+
+class MemoryCore(Core):
+    """A core with a per-agent memory besides its state row (``memory_len > 0``, ``memory_width > 0``).
+
+    The engine's side: a memory ``[memory_len, memory_width]`` float32 per agent, never reset (the
+    state row says which entries belong to the current episode), written only at
+    ``memory_index(states)`` with the ``entry`` of each acting step. The core's side:
+
+    * ``memory_index(states [B, S]) -> [B]`` long: where the entry of a step taken from ``states`` goes
+      (a function of the state before the step, so doing a step twice writes the same row twice);
+    * ``forward_step(x [B, F], states [B, S], memory [B, M, W]) -> (out, new_states, entry [B, W])``;
+    * ``forward_sequence(x [B, T, F], states [B, S], resets [B, T], memory [B, M, W]) -> out [B, T, out]``
+      with ``states`` and ``memory`` as before step 0; must equal ``T`` calls of ``forward_step``, each
+      one's entry written into the memory before the next (the default here is that loop).
+    """
+
+    def memory_index(self, states: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward_step(self, x: torch.Tensor, states: torch.Tensor,  # type: ignore[override]
+                     memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def forward_sequence(self, x: torch.Tensor, states: torch.Tensor, resets: torch.Tensor,  # type: ignore[override]
+                         memory: torch.Tensor) -> torch.Tensor:
+        """Reference implementation: one ``forward_step`` per step, writing each entry into a copy of the memory."""
+        memory = memory.clone()
+        rows = torch.arange(x.shape[0], device=x.device)
+        outs = []
+        for t in range(x.shape[1]):
+            states = self.reset_states(states, resets[:, t])
+            index = self.memory_index(states)
+            out, states, entry = self.forward_step(x[:, t], states, memory)
+            memory = memory.index_put((rows, index), entry.to(memory.dtype))
             outs.append(out)
         return torch.stack(outs, dim=1)
 
@@ -229,20 +277,32 @@ def _rnn_factory(rnn_type: str) -> CoreFactory:
     return factory
 
 
-_BUILTIN_FACTORIES: dict[str, CoreFactory] = {name: _rnn_factory(name) for name in BUILTIN_CORES}
+def _trxl_factory(cfg: Any, input_size: int) -> nn.Module:
+    from sfx.models.trxl import trxl_factory  # its own module; it builds on MemoryCore from this one
+
+    return trxl_factory(cfg, input_size)
+
+
+_BUILTIN_FACTORIES: dict[str, CoreFactory] = {name: _rnn_factory(name) for name in ("gru", "lstm")}
+_BUILTIN_FACTORIES["trxl"] = _trxl_factory
 for _name, _factory in _BUILTIN_FACTORIES.items():
     register_core(_name, _factory)
 
 
 def _check_core(core: Any, name: str) -> None:
     out_size, state_size = getattr(core, "out_size", None), getattr(core, "state_size", None)
-    missing = [m for m in ("initial_state", "forward_step", "forward_sequence")
-               if not callable(getattr(core, m, None))]
+    memory_len, memory_width = getattr(core, "memory_len", 0), getattr(core, "memory_width", 0)
+    needs = ("initial_state", "forward_step", "forward_sequence") + (("memory_index",) if memory_len else ())
+    missing = [m for m in needs if not callable(getattr(core, m, None))]
+    bad_memory = (not isinstance(memory_len, Integral) or not isinstance(memory_width, Integral) or memory_len < 0
+                  or memory_width < 0 or (memory_len > 0) != (memory_width > 0))
     if (not isinstance(core, nn.Module) or missing or not isinstance(out_size, Integral) or out_size <= 0
-            or not isinstance(state_size, Integral) or state_size < 0):
+            or not isinstance(state_size, Integral) or state_size < 0 or bad_memory):
         raise ConfigError(f"core {name!r} built {type(core).__name__} (out_size {out_size!r}, state_size "
-                          f"{state_size!r}, missing {missing or 'nothing'}); allowed: an nn.Module with the "
-                          f"sfx.models.Core interface, integer out_size > 0 and state_size >= 0")
+                          f"{state_size!r}, memory {memory_len!r} x {memory_width!r}, missing {missing or 'nothing'}); "
+                          f"allowed: an nn.Module with the sfx.models.Core interface, integer out_size > 0 and "
+                          f"state_size >= 0, and memory_len, memory_width both 0 or both > 0 (then with "
+                          f"memory_index, see sfx.models.MemoryCore)")
 
 
 def make_core(cfg: Any, input_size: int) -> nn.Module:

@@ -18,6 +18,21 @@ from sfx.cfg import ConfigError
 
 BOX_KEY = "obs"
 
+# --use_prev_action_reward: the previous action and reward travel with the observation, under keys of their
+# own that the rollout worker writes and the model takes out before preprocessing (never encoded or
+# normalized). The action row is stored as the buffers store actions, categorical choices plus one so that
+# zeros mean "no previous action" (an episode start); the reward is stored raw (the model clips it).
+PREV_ACTION_KEY = "_prev_action"
+PREV_REWARD_KEY = "_prev_reward"
+EXTRA_KEYS = (PREV_ACTION_KEY, PREV_REWARD_KEY)
+
+
+def prev_action_reward_spec(action_dim: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The buffer keys ``--use_prev_action_reward`` adds to the observation spec (``action_dim``: the
+    columns of one stored action)."""
+    return {PREV_ACTION_KEY: ((int(action_dim),), np.dtype(np.float32)),
+            PREV_REWARD_KEY: ((1,), np.dtype(np.float32))}
+
 
 def obs_spec(space: gym.Space) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """``{key: (shape, dtype)}`` of one agent's observation; keys of a Dict space sorted."""

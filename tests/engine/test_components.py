@@ -57,8 +57,9 @@ def test_trajectory_buffers_are_shared_and_shaped():
     assert tb.actions.shape == (5, 8, 2) and tb.action_params.shape == (5, 8, 7)
     leaves = []
     tree_map(leaves.append, tb.tensors())
-    assert len(leaves) == 14 and all(t.is_shared() for t in leaves)
+    assert len(leaves) == 15 and all(t.is_shared() for t in leaves)
     assert tb.task.shape == (5,) and tb.task.dtype == torch.int64  # each trajectory's task
+    assert tb.memory.shape == (5, 0, 0)  # no memory core: an empty memory per slot
 
 
 def test_slot_pool_covers_agents_and_queued_batches():

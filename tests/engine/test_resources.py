@@ -24,6 +24,21 @@ def test_the_estimate_matches_what_is_allocated():
     assert estimate == pytest.approx(sum(sizes), rel=0.01)
 
 
+def test_the_estimate_counts_a_memory_core_per_slot_and_per_agent():
+    spec = {"obs": ((3, 72, 128), np.dtype(np.uint8))}
+    memory = (512, 1024)  # Transformer-XL, mem_len 512, 2 layers of 512
+    tb = allocate_trajectory_buffers(6, 32, spec, rnn_size=2, action_dim=1, action_params_size=7, memory_shape=memory)
+    ab = allocate_agent_buffers(10, spec, rnn_size=2, memory_shape=memory)
+    assert tuple(tb.memory.shape) == (6, *memory) and tuple(ab.memory.shape) == (10, *memory)
+    sizes = []
+    tree_map(lambda t: sizes.append(t.numel() * t.element_size()), tb.tensors())
+    tree_map(lambda t: sizes.append(t.numel() * t.element_size()),
+             {"o": ab.final_obs, "r": ab.final_rnn, "m": ab.memory})
+    estimate = trajectory_buffer_bytes(spec, 32, 2, 1, 7, num_slots=6, num_policies=1, num_agents_total=10,
+                                       memory_floats=memory[0] * memory[1])
+    assert estimate == pytest.approx(sum(sizes), rel=0.01)
+
+
 def test_too_little_shared_memory_is_a_config_error_with_advice():
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm here")

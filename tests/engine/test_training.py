@@ -83,17 +83,31 @@ def test_stop_at_reward_ends_the_run_as_done(tmp_path):
     assert "reached --stop_at_reward=10: done" in (tmp_path / "t" / "sf_log.txt").read_text()
 
 
-@pytest.mark.parametrize("rnn_type,use_rnn", [("lstm", True), ("gru", True), ("gru", False)])
-def test_learner_recomputes_the_behaviour_policy(tmp_path, rnn_type, use_rnn):
+TRXL = dict(rnn_type="trxl", mem_len=12, n_layer=2, n_heads=2, d_head=8, d_inner=32)
+
+
+@pytest.mark.parametrize("rnn_type,use_rnn,extra", [
+    ("lstm", True, {}), ("gru", True, {}), ("gru", False, {}),
+    ("gru", True, {"use_prev_action_reward": True}),
+    # Transformer-XL: the memory before each slot (copied at rollout boundaries), masks at episode starts
+    ("trxl", True, TRXL),
+    ("trxl", True, {**TRXL, "use_prev_action_reward": True, "trxl_gate": "gru"}),
+    # two policies: an agent's next episode may belong to the other policy (its memory must not leak)
+    ("trxl", True, {**TRXL, "num_policies": 2}),
+])
+def test_learner_recomputes_the_behaviour_policy(tmp_path, rnn_type, use_rnn, extra):
     """With (almost) frozen weights the learner's recomputation of every stored step, chunked by
     --recurrence with the stored states and resets at episode ends, must reproduce the policy
     workers' log-probs: ratio 1 and KL 0. This checks the whole slot/state bookkeeping."""
-    cfg = small_cfg(tmp_path, serial_mode=True, learning_rate=1e-12, normalize_input=False,
-                    use_rnn=use_rnn, rnn_type=rnn_type, rollout=16, recurrence=4, train_for_env_steps=2000)
+    overrides = dict(serial_mode=True, learning_rate=1e-12, normalize_input=False, use_rnn=use_rnn,
+                     rnn_type=rnn_type, rollout=16, recurrence=4, train_for_env_steps=2000)
+    overrides.update(extra)
+    cfg = small_cfg(tmp_path, **overrides)
     result = run_training(cfg)
-    stats = result["train_stats"][0]
-    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert abs(stats["kl"]) < 1e-5
+    assert len(result["train_stats"]) == cfg.num_policies
+    for stats in result["train_stats"]:
+        assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+        assert abs(stats["kl"]) < 1e-5
 
 
 def test_serial_mode_is_deterministic(tmp_path):
@@ -116,6 +130,34 @@ def test_async_run_stops_cleanly_without_leaks(tmp_path):
     assert not worker_processes()
     assert shm_segments() - before == set()
     assert list((tmp_path / "t" / "checkpoint_p0").glob("checkpoint_*.pth"))
+
+
+def test_previous_action_and_reward_travel_with_each_observation(tmp_path, monkeypatch):
+    """--use_prev_action_reward: beside observation t+1 the rollout worker writes action t (choice + 1) and
+    reward t; zeros where an episode starts. Checked on every batch a (serial) learner gathers."""
+    from sfx.engine.learner import Learner
+    from sfx.models.obs import PREV_ACTION_KEY, PREV_REWARD_KEY
+
+    checked = {"steps": 0, "starts": 0}
+    gather = Learner._gather
+
+    def checking_gather(self, slots):
+        batch = gather(self, slots)
+        prev_a, prev_r = batch["obs"][PREV_ACTION_KEY], batch["obs"][PREV_REWARD_KEY][..., 0]
+        done = batch["terminated"] | batch["truncated"]
+        T = done.shape[1]
+        start = done  # obs t+1 starts an episode when step t ended one
+        assert torch.equal(prev_a[:, 1:][~start], batch["actions"][~start] + 1)
+        assert torch.equal(prev_r[:, 1:][~start], batch["rewards"][~start])
+        assert not prev_a[:, 1:][start].any() and not prev_r[:, 1:][start].any()
+        checked["steps"] += int((~start).sum())
+        checked["starts"] += int(start.sum())
+        assert prev_a.shape[1] == T + 1
+        return batch
+
+    monkeypatch.setattr(Learner, "_gather", checking_gather)
+    run_training(small_cfg(tmp_path, serial_mode=True, use_prev_action_reward=True, train_for_env_steps=3000))
+    assert checked["steps"] > 1000 and checked["starts"] > 10
 
 
 def _in_process_components(tmp_path, **overrides):

@@ -192,9 +192,9 @@ def test_unknown_rnn_type_names_the_value_and_the_registered_names(window_core):
         create_actor_critic(make_cfg(rnn_type="lsmt"), vector_space(3), spaces.Discrete(2))
     msg = str(e.value)
     assert "'lsmt'" in msg and "\n" not in msg
-    for allowed in ("'gru'", "'lstm'", "'window'"):
+    for allowed in ("'gru'", "'lstm'", "'trxl'", "'window'"):
         assert allowed in msg
-    with pytest.raises(ConfigError, match=r"--rnn_type='lsmt'.*'gru', 'lstm', 'window'"):
+    with pytest.raises(ConfigError, match=r"--rnn_type='lsmt'.*'gru', 'lstm', 'trxl', 'window'"):
         default_cfg(rnn_type="lsmt")
 
 
