@@ -50,13 +50,17 @@ from sfx.algo.popart import select_task_values
 from sfx.cfg import ConfigError
 from sfx.models.cores import make_core
 from sfx.models.encoders import DictEncoder, chw_shape, init_weights, is_channels_last, make_builtin_encoder
-from sfx.models.obs import BOX_KEY, EXTRA_KEYS, PREV_ACTION_KEY, PREV_REWARD_KEY, as_obs_dict, map_obs, obs_spec
+from sfx.models.obs import (ACTION_MASK_KEY, BOX_KEY, EXTRA_KEYS, PREV_ACTION_KEY, PREV_REWARD_KEY, as_obs_dict,
+                            map_obs, obs_spec)
 from sfx.models.popart import PopArt
 from sfx.models.registry import resolve_encoder
 
 
 
 IMAGE_STATS_ROWS = 256  # frames per learner iteration folded into the image statistics
+# the logit of a masked choice: exp() underflows to exactly 0 and 0 * log p stays 0 in the entropy (-inf
+# would make it NaN)
+MASKED_LOGIT = -1e9
 
 
 class ActorCritic(nn.Module):
@@ -91,6 +95,15 @@ class ActorCritic(nn.Module):
         self.action_space = action_space
         self.dict_obs = isinstance(obs_space, gym.spaces.Dict)
         spec = obs_spec(obs_space)  # rejects spaces sfx cannot buffer
+        # an action mask travels as an observation key but is not encoded (see sfx.models.obs)
+        self.action_mask_size = 0
+        encoder_space = obs_space  # what the encoders see: the observation without its action mask
+        if self.dict_obs and ACTION_MASK_KEY in spec:
+            self.action_mask_size = self._check_action_mask(spec.pop(ACTION_MASK_KEY)[0], action_space)
+            encoder_space = gym.spaces.Dict({k: v for k, v in obs_space.spaces.items() if k != ACTION_MASK_KEY})
+            if not encoder_space.spaces:
+                raise ConfigError(f"the observation space {obs_space} holds only an {ACTION_MASK_KEY!r}; allowed: a Dict "
+                                  f"with at least one more key to encode")
         self.obs_scale = float(cfg.obs_scale)
         if self.obs_scale <= 0:
             raise ConfigError(f"obs_scale {self.obs_scale} is not valid; allowed: a number > 0")
@@ -150,7 +163,7 @@ class ActorCritic(nn.Module):
         # seeded shared-weights model starts from the same weights.
         self.share_weights = bool(cfg.actor_critic_share_weights)
         if self.share_weights:
-            self.encoder = self._make_encoder(cfg, obs_space, encoder)
+            self.encoder = self._make_encoder(cfg, encoder_space, encoder)
             self.core = make_core(cfg, int(self.encoder.out_size) + self.extra_input_size)
             self.rnn_state_size: int = self.core.state_size
             actor_features = critic_features = self.core.out_size
@@ -158,9 +171,9 @@ class ActorCritic(nn.Module):
             if encoder is not None:
                 raise ValueError("a ready-made encoder needs actor_critic_share_weights=True; separate actor "
                                  "and critic trunks each build their own encoder from cfg")
-            self.actor_encoder = self._make_encoder(cfg, obs_space)
+            self.actor_encoder = self._make_encoder(cfg, encoder_space)
             self.actor_core = make_core(cfg, int(self.actor_encoder.out_size) + self.extra_input_size)
-            self.critic_encoder = self._make_encoder(cfg, obs_space)
+            self.critic_encoder = self._make_encoder(cfg, encoder_space)
             self.critic_core = make_core(cfg, int(self.critic_encoder.out_size) + self.extra_input_size)
             self.rnn_state_size = self.actor_core.state_size + self.critic_core.state_size
             actor_features, critic_features = self.actor_core.out_size, self.critic_core.out_size
@@ -253,8 +266,8 @@ class ActorCritic(nn.Module):
         place)."""
         out = {}
         for key, x in as_obs_dict(obs).items():
-            if key in EXTRA_KEYS:
-                continue  # the previous action and reward go to the core, not the encoder
+            if key in EXTRA_KEYS or key == ACTION_MASK_KEY:
+                continue  # the previous action and reward go to the core, the action mask to the action head
             kind = self.obs_kinds[key]
             if kind in ("scaled", "float") and x.dim() >= 3:  # images
                 if key in self._chw_keys and x.dim() == 4:
@@ -286,7 +299,7 @@ class ActorCritic(nn.Module):
         statistics (no-op if disabled). ``reduce``: a sum over data-parallel ranks (the statistics are
         then all ranks' observations together; see ``RunningMeanStd.update``)."""
         for key, x in as_obs_dict(obs).items():
-            norm = None if key in EXTRA_KEYS else self._normalizer(key)
+            norm = None if key in EXTRA_KEYS or key == ACTION_MASK_KEY else self._normalizer(key)
             if norm is None:
                 continue
             kind = self.obs_kinds.get(key)
@@ -333,9 +346,27 @@ class ActorCritic(nn.Module):
 
     # ----- forward passes --------------------------------------------------------------------
 
-    def _action_params(self, x: torch.Tensor) -> torch.Tensor:
-        """Actor features ``[N, F]`` -> ``action_params [N, P]`` (``[mean, log_std]`` for Box actions)."""
+    @staticmethod
+    def _check_action_mask(shape: tuple, action_space: gym.Space) -> int:
+        sizes = categorical_sizes(action_space)
+        if sizes is None or tuple(shape) != (sum(sizes),):
+            raise ConfigError(f"observation key {ACTION_MASK_KEY!r} has shape {tuple(shape)}; allowed: "
+                              f"({sum(sizes) if sizes else 'n'},), one 0/1 entry per choice of the categorical action "
+                              f"space {action_space} (continuous actions take no mask)")
+        return int(sum(sizes))
+
+    def _action_params(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Actor features ``[N, F]`` -> ``action_params [N, P]`` (``[mean, log_std]`` for Box actions);
+        ``mask [N, P]`` (categorical actions): masked logits become ``MASKED_LOGIT`` (probability 0)."""
         params = self.action_head(x)
+        if mask is not None:
+            allowed = mask.reshape(params.shape).bool()
+            sizes, start = self._action_sizes, 0
+            for n in sizes:  # a head with no allowed choice (an agent that does not act) stays unmasked
+                head = allowed[:, start:start + n]
+                allowed[:, start:start + n] = head | ~head.any(dim=1, keepdim=True)
+                start += n
+            params = params.masked_fill(~allowed, MASKED_LOGIT)
         if self.action_log_std is None:
             return params
         return torch.cat([params, self.action_log_std.expand(params.shape[0], -1)], dim=-1)
@@ -424,6 +455,7 @@ class ActorCritic(nn.Module):
         self._check_memory(memory, rnn_states.shape[0])
         obs = as_obs_dict(obs)
         extra = self._extra_input(obs)
+        mask = obs.get(ACTION_MASK_KEY) if self.action_mask_size else None
         x = self.preprocess_obs(obs)
         mems = self._split_memory(memory)
         if self.share_weights:
@@ -443,7 +475,7 @@ class ActorCritic(nn.Module):
             index_core, index_states = self.actor_core, actor_states
         values_norm = self._task_values(self.value_head(critic_x), tasks)
         out = {
-            "action_params": self._action_params(actor_x),
+            "action_params": self._action_params(actor_x, mask),
             "values": self.denormalize_values(values_norm, tasks),
             "values_normalized": values_norm,
             "new_rnn_states": new_states,
@@ -474,6 +506,7 @@ class ActorCritic(nn.Module):
         self._check_memory(memory, B)
         flat = map_obs(lambda v: v.reshape(B * T, *v.shape[2:]), as_obs_dict(obs))
         extra = self._extra_input(flat)
+        mask = flat.get(ACTION_MASK_KEY) if self.action_mask_size else None
         x = self.preprocess_obs(flat)
         mems = self._split_memory(memory)
         if self.share_weights:
@@ -495,7 +528,7 @@ class ActorCritic(nn.Module):
         step_tasks = None if tasks is None else tasks.reshape(B, 1).expand(B, T).reshape(B * T)
         values_norm = self._task_values(self.value_head(critic_x), step_tasks).reshape(B, T)
         out = {
-            "action_params": self._action_params(actor_x).reshape(B, T, -1),
+            "action_params": self._action_params(actor_x, mask).reshape(B, T, -1),
             "values_normalized": values_norm,
             "values": self.denormalize_values(values_norm, tasks),
         }

@@ -27,6 +27,14 @@ PREV_REWARD_KEY = "_prev_reward"
 EXTRA_KEYS = (PREV_ACTION_KEY, PREV_REWARD_KEY)
 
 
+# Action masks: a Dict observation may carry the key "action_mask", a Box of one 0/1 entry per choice of each
+# categorical action head (heads concatenated; 1 = allowed), e.g. what PettingZoo's classic games put in their
+# observations. The model takes it out before encoding and gives masked choices zero probability, when acting
+# and in the learner's log-probabilities and entropy; a row with no allowed choice is left unmasked (an agent
+# that is not acting).
+ACTION_MASK_KEY = "action_mask"
+
+
 def prev_action_reward_spec(action_dim: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """The buffer keys ``--use_prev_action_reward`` adds to the observation spec (``action_dim``: the
     columns of one stored action)."""
