@@ -48,8 +48,12 @@ setup(
         "doom": ["vizdoom>=1.2", "opencv-python-headless"],
         "atari": ["ale-py>=0.9", "opencv-python-headless"],
         "mujoco": ["mujoco>=3.0"],
+        "minigrid": ["minigrid>=2.3"],
+        # --with_wandb (reinit="create_new" needs a recent wandb; tested with 0.31.0)
+        "wandb": ["wandb>=0.19.10"],
         "test": ["pytest", "pytest-timeout", "pygame>=2.1.3",
-                 "vizdoom>=1.2", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless"],
+                 "vizdoom>=1.2", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
+                 "wandb>=0.19.10"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -119,13 +119,13 @@ def enjoy(cfg: Any) -> dict:
     (agent steps times env_frameskip), ``video_path`` (str or None), ``interrupted`` (Ctrl+C).
     Raises :class:`~sfx.cfg.ConfigError` when the experiment has no checkpoint.
     """
-    import gymnasium as gym
-
-    from sfx.algo.distributions import action_shape, action_to_env, make_action_distribution
+    from sfx.algo.distributions import action_to_env
     from sfx.engine.wiring import resolve_device
-    from sfx.experiment import checkpoint_dir, experiment_dir, load_latest_checkpoint
+    from sfx.experiment import (best_checkpoint_path, checkpoint_dir, experiment_dir, load_checkpoint,
+                                load_latest_checkpoint)
     from sfx.models import create_actor_critic
-    from sfx.models.obs import PREV_ACTION_KEY, PREV_REWARD_KEY, stack_obs
+    from sfx.models.acting import AgentsActing
+    from sfx.models.obs import stack_obs
 
     cfg = _with_eval_flags(cfg)
     policy_id = int(cfg.policy_index)
@@ -137,7 +137,16 @@ def enjoy(cfg: Any) -> dict:
 
     # the checkpoint is checked before the env is made: a missing one is the common mistake and
     # some envs are slow to start
-    checkpoint = load_latest_checkpoint(cfg, policy_id)
+    if cfg.load_checkpoint_kind == "best":
+        best = best_checkpoint_path(cfg, policy_id)
+        if not best.is_file():
+            raise ConfigError(f"no best checkpoint {best}: train with --save_best_metric=eval/reward and "
+                              f"--eval_every_env_steps, or play the latest one (--load_checkpoint_kind=latest)")
+        checkpoint = load_checkpoint(best)
+        print(f"playing the best checkpoint: {checkpoint['metric']} {checkpoint['value']:.3f} at "
+              f"{checkpoint['env_steps']:,} env steps", flush=True)
+    else:
+        checkpoint = load_latest_checkpoint(cfg, policy_id)
     if checkpoint is None:
         raise ConfigError(f"no checkpoint in {checkpoint_dir(cfg, policy_id)}: train the experiment first "
                           f"(python -m sfx.train --env={cfg.env} --experiment={cfg.experiment}) "
@@ -154,7 +163,6 @@ def enjoy(cfg: Any) -> dict:
         model.to(device).for_inference()
         action_space = env.action_space
         num_agents = env.num_agents
-        rnn_size = max(1, int(model.rnn_state_size))
         frameskip = max(1, int(cfg.env_frameskip))
 
         seed = cfg.seed
@@ -173,16 +181,8 @@ def enjoy(cfg: Any) -> dict:
             raise ConfigError(f"cannot render {cfg.env!r} ({e}); pass --no_render to play headless") from e
         if video is not None:
             video.add(_render(env, cfg))
-        # the state each episode starts from, as the model's core declares it (zeros for GRU / LSTM)
-        initial_rnn = model.initial_rnn_states(1, device)[0]
-        rnn_states = initial_rnn.expand(num_agents, rnn_size).clone()
-        # a memory core (Transformer-XL): each agent's memory, written as the policy workers would
-        memory = (torch.zeros(num_agents, model.memory_len, model.memory_width, device=device)
-                  if model.memory_len else None)
-        # --use_prev_action_reward: what the rollout workers write beside each observation (zeros: episode start)
-        prev_action = torch.zeros(num_agents, action_shape(action_space), device=device)
-        prev_reward = torch.zeros(num_agents, 1, device=device)
-        prev_offset = 0.0 if isinstance(action_space, gym.spaces.Box) else 1.0
+        # each agent's core state, memory and previous action / reward, kept as the engine keeps them
+        agents = AgentsActing(model, num_agents, device, deterministic)
         running_reward = np.zeros(num_agents, dtype=np.float64)
         running_len = np.zeros(num_agents, dtype=np.int64)
         rewards: list[float] = []
@@ -192,33 +192,20 @@ def enjoy(cfg: Any) -> dict:
         try:
             while len(rewards) < max_episodes and frames < max_frames:
                 step_start = time.monotonic()
-                obs_t = {k: v.to(device) for k, v in stack_obs(obs, env.observation_space).items()}
-                if model.prev_action_reward:
-                    obs_t.update({PREV_ACTION_KEY: prev_action.clone(), PREV_REWARD_KEY: prev_reward.clone()})
-                with torch.no_grad():
-                    out = (model.forward_step(obs_t, rnn_states) if memory is None
-                           else model.forward_step(obs_t, rnn_states, None, memory))
-                    dist = make_action_distribution(action_space, out["action_params"])
-                    actions = dist.mode() if deterministic else dist.sample()
-                    if memory is not None:
-                        memory[torch.arange(num_agents, device=device), out["memory_index"]] = out["memory_entry"]
-                rnn_states = out["new_rnn_states"]
-                actions_np = actions.float().cpu().numpy().reshape(num_agents, -1)
+                actions_np, _ = agents.act(stack_obs(obs, env.observation_space))
                 env_actions = [action_to_env(action_space, actions_np[i]) for i in range(num_agents)]
 
                 obs, step_rewards, terminated, truncated, infos = env.step(env_actions)
                 frames += num_agents * frameskip
                 if video is not None:
                     video.add(_render(env, cfg))
-                prev_action = actions.float().reshape(num_agents, -1) + prev_offset
-                prev_reward = torch.as_tensor(np.asarray(step_rewards, dtype=np.float32), device=device).reshape(-1, 1)
+                # the env auto-reset: an agent whose episode ended starts the next one from a fresh state
+                agents.observe(step_rewards, [bool(a or b) for a, b in zip(terminated, truncated)])
                 for i in range(num_agents):
                     running_reward[i] += float(step_rewards[i])
                     running_len[i] += 1
                     if not (terminated[i] or truncated[i]):
                         continue
-                    prev_action[i] = 0.0
-                    prev_reward[i] = 0.0
                     # the env's episode stats carry the raw reward even when wrappers rescale it
                     stats = (infos[i] or {}).get("episode") or {}
                     reward = float(stats.get("reward", running_reward[i]))
@@ -229,7 +216,6 @@ def enjoy(cfg: Any) -> dict:
                     print(f"episode {len(rewards)}{agent}: reward {reward:.3f}, length {length}", flush=True)
                     running_reward[i] = 0.0
                     running_len[i] = 0
-                    rnn_states[i] = initial_rnn  # the env auto-reset: the next obs starts a new episode
                     if len(rewards) >= max_episodes:
                         break
                 if frame_sleep:

@@ -13,6 +13,10 @@ and ``--experiment=<name>`` are appended. A value with spaces or quotes reaches 
 An ``--experiment`` that the cmd sets itself is dropped with a warning (Sample Factory 1.x's runner
 appended its own after it, which won): each command line names its experiment exactly once.
 
+Weights & Biases: an experiment whose command line turns W&B on (``--with_wandb``, in the cmd or as a
+parameter) and names no ``--wandb_group`` gets ``--wandb_group=<run folder name>`` (before the folder
+flags), so a sweep's runs form one W&B group; ``RunDescription(..., wandb_group=...)`` changes that.
+
 Sample Factory 1.x run descriptions load with only their import changed (``from sfx_runner import
 ...``): see :class:`Experiment` and :class:`RunDescription` for what they accept and what differs.
 """
@@ -44,6 +48,11 @@ KEY_MIN_CHARS = 3
 ParamGenerator = Union[ParamGrid, ParamList, Iterable[Mapping[str, Any]], None]
 
 INTERPRETER_NAMES = ("python", "python3")
+
+# sfx's boolean flags read these as True (sfx.cfg.arguments.TRUE_STRINGS; sfx_runner imports no sfx)
+TRUE_STRINGS = ("true", "1", "yes", "y", "on")
+WANDB_ON_FLAG = "--with_wandb"
+WANDB_GROUP_FLAG = "--wandb_group"
 
 
 def check_name(name: Any, what: str) -> str:
@@ -216,6 +225,19 @@ def _sets_flag(argv: list[str], flag: str) -> str | None:
     return None
 
 
+def _bool_flag_on(argv: list[str], flag: str) -> bool:
+    """Whether ``argv`` turns the boolean flag on, as sfx's parser reads it: ``--x``, ``--x=True``, ``--x True``
+    (the last setting wins; absent: off)."""
+    on = False
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else "true"
+            on = value.strip().lower() in TRUE_STRINGS
+        elif arg.startswith(flag + "="):
+            on = arg.split("=", 1)[1].strip().lower() in TRUE_STRINGS
+    return on
+
+
 def _drop_flag(argv: list[str], flag: str) -> tuple[list[str], list[str]]:
     """``argv`` without every setting of ``flag`` (``--x=v``, or ``--x`` and the value after it), and
     the dropped settings as they were written (``["--x=v"]``, ``["--x v"]``)."""
@@ -255,6 +277,10 @@ class RunDescription:
         experiment_suffix: appended to the run's folder: ``<train_dir>/<run_name>_<suffix>/`` (Sample
             Factory 1.x's runner set it from its ``--experiment_suffix`` flag to keep a relaunch apart).
             An attribute too, read when the run is expanded.
+        wandb_group: the W&B group of experiments whose command line turns W&B on (``--with_wandb``) and
+            names no ``--wandb_group`` itself: True (default) = the run's folder name (``run_name``, with
+            ``_<experiment_suffix>`` if any), a string = that group, False = add nothing. Only with
+            ``experiment_dirs_sf_format`` (sfx's flags).
         pause_between_experiments, use_gpus, experiments_per_gpu, max_parallel: launch settings that
             Sample Factory's early run descriptions carried. Accepted so those files load; they are not
             applied (a warning says so): the runner's flags ``--pause_between``, ``--num_gpus``,
@@ -269,8 +295,9 @@ class RunDescription:
     def __init__(self, run_name: str, experiments: list[Experiment], experiment_dirs_sf_format: bool = True,
                  experiment_arg_name: str = "--experiment", experiment_dir_arg_name: str = "--train_dir",
                  param_prefix: str = "--", customize_experiment_name: bool = True, experiment_suffix: str = "",
-                 *, pause_between_experiments: float | None = None, use_gpus: int | None = None,
-                 experiments_per_gpu: int | None = None, max_parallel: int | None = None) -> None:
+                 *, wandb_group: bool | str = True, pause_between_experiments: float | None = None,
+                 use_gpus: int | None = None, experiments_per_gpu: int | None = None,
+                 max_parallel: int | None = None) -> None:
         self.run_name = check_name(run_name, "run name")
         experiments = list(experiments) if isinstance(experiments, (list, tuple)) else experiments
         if not isinstance(experiments, list) or not experiments:
@@ -292,6 +319,11 @@ class RunDescription:
         self.param_prefix = param_prefix
         self.customize_experiment_name = bool(customize_experiment_name)
         self.experiment_suffix = experiment_suffix
+        if not isinstance(wandb_group, bool) and not (isinstance(wandb_group, str) and wandb_group.strip()
+                                                       and wandb_group.isprintable() and len(wandb_group) <= 128):
+            raise RunnerError(f"run {run_name!r}: wandb_group must be True (the run's name), False (none) or a group "
+                              f"name (1-128 printable characters), got {wandb_group!r}")
+        self.wandb_group = wandb_group
         given = {"pause_between": pause_between_experiments, "num_gpus": use_gpus,
                  "experiments_per_gpu": experiments_per_gpu, "max_parallel": max_parallel}
         self.launch_hints: dict[str, Any] = {flag: v for flag, v in given.items() if v is not None}
@@ -324,6 +356,15 @@ class RunDescription:
         """``<train_dir>/<run_name>`` (with ``_<experiment_suffix>`` if any), absolute (commands and logs
         stay right whatever the working folder)."""
         return Path(os.path.abspath(os.path.expanduser(os.fspath(train_dir)))) / self.run_folder_name
+
+    def wandb_group_for(self, argv: list[str]) -> str | None:
+        """The ``--wandb_group`` the runner adds to ``argv`` (a command with its parameters): the run's group
+        when ``argv`` turns W&B on and names no group itself, else None (see ``wandb_group``)."""
+        if self.wandb_group is False or not self.experiment_dirs_sf_format:
+            return None
+        if not _bool_flag_on(argv, WANDB_ON_FLAG) or _sets_flag(argv, WANDB_GROUP_FLAG) is not None:
+            return None
+        return self.run_folder_name if self.wandb_group is True else self.wandb_group
 
     def _appended_flags(self) -> list[str]:
         if self.experiment_dirs_sf_format:
@@ -367,6 +408,9 @@ class RunDescription:
                 exp_dir = run_dir / name
                 argv = list(base_argv)
                 argv += [f"{self.param_prefix}{k}={format_value(v)}" for k, v in params.items()]
+                group = self.wandb_group_for(argv)
+                if group is not None:
+                    argv.append(f"{WANDB_GROUP_FLAG}={group}")
                 if self.experiment_dirs_sf_format:
                     argv += [f"{self.experiment_dir_arg_name}={run_dir}", f"{self.experiment_arg_name}={name}"]
                 else:

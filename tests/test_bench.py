@@ -122,6 +122,20 @@ def test_learner_step_bench_times_every_variant(capsys):
     assert "speed-up per learner step" in out
 
 
+def test_trxl_bench_measures_lstm_and_trxl_rows(capsys):
+    from bench import trxl
+
+    assert trxl.main(["--steps=1", "--acting_reps=1", "--batch_sizes=4", "--mem_lens=8", "--batch_size=64",
+                      "--rollout=16", "--skip_e2e"]) == 0
+    out = capsys.readouterr().out
+    for title in ("Acting:", "Learning:", "Memory:"):
+        assert title in out
+    tables = [line.split() for line in out.splitlines() if line.startswith(("lstm 512", "trxl mem 8"))]
+    assert len(tables) == 6, out  # one row of each core in each table
+    memory_rows = tables[-2:]
+    assert memory_rows[0][3] == "0" and int(memory_rows[1][4]) > 0, out  # shm MiB of the core's memory
+
+
 def _write_scalars(folder, tag, points, extra_tag=None):
     """Event files as a framework's SummaryWriter leaves them: (step, wall_time, value) points."""
     from torch.utils.tensorboard import SummaryWriter

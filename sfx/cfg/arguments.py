@@ -147,6 +147,38 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--reward_scale", type=float, default=1.0, help="rewards are multiplied by this before clipping")
     g.add_argument("--reward_clip", type=float, default=10.0, help="scaled rewards are clipped to [-x, x]")
 
+    g = parser.add_argument_group("evaluation during training")
+    g.add_argument("--eval_every_env_steps", type=int_like, default=0,
+                   help="every this many env steps (of a policy) an evaluator process plays --eval_episodes episodes "
+                        "with the newest weights and logs eval/reward, eval/len; 0 = no evaluator. It never blocks "
+                        "training: an evaluation due while one runs is skipped and counted (eval/skipped)")
+    g.add_argument("--eval_episodes", type=int_like, default=10, help="episodes per evaluation")
+    g.add_argument("--eval_env", default=None,
+                   help="env to evaluate on (None = --env); any env of the same family with the same observation and "
+                        "action spaces, e.g. a held-out level or scenario")
+    add_bool_arg(g, "eval_deterministic", False, "evaluate with the most likely action (argmax) instead of sampling")
+    g.add_argument("--eval_num_envs", type=int, default=2,
+                   help="envs the evaluator steps (in its one process: its share of the CPU)")
+    g.add_argument("--save_best_metric", choices=["none", "eval/reward"], default="none",
+                   help="keep checkpoint_p{N}/best/best.pth: the weights with the highest value of this metric so far "
+                        "(sfx.enjoy --load_checkpoint_kind=best plays them)")
+
+    g = parser.add_argument_group("Weights & Biases (--with_wandb)")
+    add_bool_arg(g, "with_wandb", False,
+                 "log the TensorBoard scalars to Weights & Biases too (pip install wandb), as p{N}/<name> against "
+                 "p{N}/env_steps, with the cfg as the run's config; the run id is kept in the experiment folder "
+                 "(wandb_run_id.txt), so a resumed experiment continues the same W&B run")
+    g.add_argument("--wandb_project", default="sfx", help="W&B project")
+    g.add_argument("--wandb_user", default=None,
+                   help="W&B entity (a user or team) the run belongs to; None = the logged-in user's default entity")
+    g.add_argument("--wandb_group", default=None,
+                   help="W&B group of the run (python -m sfx.runner.run sets it to the run's name); None = no group")
+    g.add_argument("--wandb_tags", nargs="*", default=[], metavar="TAG",
+                   help="W&B tags, separated by spaces or commas: --wandb_tags a b or --wandb_tags=a,b")
+    g.add_argument("--wandb_mode", choices=["online", "offline", "disabled"], default=None,
+                   help="W&B mode; None = W&B's own setting (WANDB_MODE, `wandb offline`; else online). offline "
+                        "writes <experiment>/wandb/offline-run-*/ for a later `wandb sync`")
+
     g = parser.add_argument_group("population-based training (--num_policies > 1)")
     add_bool_arg(g, "with_pbt", False,
                  "population-based training: weak policies copy strong ones (weights, optimizer, hyperparameters, "
@@ -287,6 +319,8 @@ def add_eval_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--video_name", default=None,
                    help="video file name inside the experiment folder (None = replay.mp4)")
     g.add_argument("--policy_index", type=int, default=0, help="which policy (of --num_policies) to evaluate")
+    g.add_argument("--load_checkpoint_kind", choices=["latest", "best"], default="latest",
+                   help="latest = the newest checkpoint; best = the one --save_best_metric kept")
     g.add_argument("--deterministic", action="store_true",
                    help="take the most likely action instead of sampling")
     g.add_argument("--fps", type=int, default=0, help="render at most this many frames per second; 0 = no limit")

@@ -78,6 +78,21 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         raise ConfigError(f"--popart_beta={cfg.popart_beta} must be in (0, 1]")
     if not 0.0 < cfg.popart_clip_min < math.inf:
         raise ConfigError(f"--popart_clip_min={cfg.popart_clip_min} must be a finite number > 0")
+    if cfg.eval_every_env_steps < 0:
+        raise ConfigError(f"--eval_every_env_steps={cfg.eval_every_env_steps} must be >= 0 (0 = no evaluator)")
+    if cfg.eval_every_env_steps > 0:
+        for name in ("eval_episodes", "eval_num_envs"):
+            if getattr(cfg, name) <= 0:
+                raise ConfigError(f"--{name}={getattr(cfg, name)} must be a positive integer (> 0)")
+    if cfg.save_best_metric != "none" and cfg.eval_every_env_steps <= 0:
+        raise ConfigError(f"--save_best_metric={cfg.save_best_metric} needs evaluations: set --eval_every_env_steps "
+                          f"(e.g. 100000)")
+    for name in ("aux_loss_reconstruction_coeff", "aux_loss_future_pred_coeff"):
+        value = getattr(cfg, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ConfigError(f"--{name}={value} must be a finite number >= 0 (0 = off)")
+    if cfg.aux_loss_future_pred_horizon < 1:
+        raise ConfigError(f"--aux_loss_future_pred_horizon={cfg.aux_loss_future_pred_horizon} must be >= 1")
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from sfx.engine.evaluator import EvaluationPart, check_eval_env
+from sfx.experiment.wandb_log import require_wandb
 from sfx.engine.ranks import detect_ranks
 from sfx.engine.rendezvous import meet_ranks
 from sfx.engine.observers import ObserverContext, check_observers_available, create_observers, largest_batch_size
@@ -160,7 +162,8 @@ def run_training(cfg: Any) -> dict:
 
     Returns ``{'status': 'done'|'interrupted'|'failed', 'env_steps', 'elapsed_sec',
     'samples_per_sec', 'fps', 'reward', 'train_step', 'train_stats'}`` (the last three per
-    policy). ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
+    policy), and with an evaluator ``'evaluations'`` (each result, in order) and ``'evaluations_skipped'``
+    (per policy). ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
     (samples x ``--env_frameskip``), both over the whole session.
     """
     from sfx.errors import ConfigError
@@ -192,6 +195,8 @@ def run_training(cfg: Any) -> dict:
         env_info = probe_env(cfg)
         model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
         check_checkpoints_fit(cfg, model)
+        check_eval_env(cfg, env_info)
+        require_wandb(cfg)
         check_cpus(cfg)
         ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
         # ConfigError when /dev/shm is too small
@@ -210,7 +215,8 @@ def run_training(cfg: Any) -> dict:
     save_cfg(cfg)
     runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
 
-    reporter = TrainingReporter(cfg, runtime.pids, world_size=ranks.world_size, task_names=env_info.task_names)
+    reporter = TrainingReporter(cfg, runtime.pids, world_size=ranks.world_size, task_names=env_info.task_names,
+                                main_rank=ranks.is_main)
     ctx = ObserverContext(env_info=env_info, learner_control=w.learner_control, rollout_control=w.rollout_control,
                           summary=reporter.summary,
                           rng=random.Random(None if cfg.seed is None else cfg.seed + 7919))
@@ -222,6 +228,9 @@ def run_training(cfg: Any) -> dict:
                                   learners_ready=lambda: reporter.all_learners_ready)
         parts = [reporter, Supervisor(cfg, runtime, on_restart=reporter.restarted),
                  ObserversPart(observers, reporter), rules]
+        evaluation = EvaluationPart(cfg, w.eval_queue, reporter) if w.eval_queue is not None else None
+        if evaluation is not None:
+            parts.insert(3, evaluation)
         try:
             status = run_loop(runtime, parts, forced=lambda: stop_request.forced)
         finally:
@@ -230,6 +239,9 @@ def run_training(cfg: Any) -> dict:
                 meeting.close()  # rank 0's store (when it serves it) lives until here: its learner is done
 
     result = reporter.result(status)
+    if evaluation is not None:
+        result["evaluations"] = evaluation.results
+        result["evaluations_skipped"] = list(evaluation.skipped)
     reporter.write_status(status, time.time())
     if status == "done":
         try:

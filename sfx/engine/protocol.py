@@ -20,6 +20,8 @@ Control (separate queues, so a control message never waits behind data)::
                                                           coordinator (PBT) -> learner_control[p]
     (STOP_LEARNING, None)                                 coordinator -> learner_control[p], with several
         ranks: stop at the next iteration every rank's learner agrees on (see RANKS_STOPPED)
+    (EVALUATE, {"policy": int, "env_steps": int})         coordinator -> eval_queue (the evaluator), sent
+        only while the evaluator is idle (an evaluation due while one runs is skipped and counted)
 
 Reports (every component -> report_queue -> coordinator), all ``(kind, who, payload)``::
 
@@ -35,6 +37,8 @@ Reports (every component -> report_queue -> coordinator), all ``(kind, who, payl
     (RANKS_STOPPED, policy, {"env_steps", "weights_match"})  with several ranks: the learners agreed to stop
     (RANK_LOST, component_name, message)                  with several ranks: a collective failed (another
                                                           rank died, hung or was killed); sent before ERROR
+    (EVAL_RESULT, policy, {"env_steps", "policy_version", "episodes", "reward", "len", "tasks": {name: reward},
+                           "sec", "best": bool})        the evaluator finished one evaluation
 
 ``split_tag`` is ``generation * worker_num_splits + split``: a restarted rollout worker, or one
 asked to resend, starts a new generation, and answers to another generation's requests are
@@ -54,6 +58,7 @@ RESEND = "resend"
 PBT_SNAPSHOT = "pbt_snapshot"
 PBT_UPDATE = "pbt_update"
 STOP_LEARNING = "stop_learning"
+EVALUATE = "evaluate"
 
 # reports
 ROLLOUT = "rollout"
@@ -66,6 +71,7 @@ ERROR = "error"
 STOPPED = "stopped"
 RANKS_STOPPED = "ranks_stopped"
 RANK_LOST = "rank_lost"
+EVAL_RESULT = "eval_result"
 
 # Columns of a policy request row (int64): where the agent's current obs and state are (slot, t);
 # where a just-truncated episode's bootstrap value goes (trunc slot, trunc t; -1 when none); and

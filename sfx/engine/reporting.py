@@ -1,5 +1,6 @@
 """Reporting: what a training shows while it runs. The status line (FPS, reward, ETA), TensorBoard
-summaries per policy, status.json (read by ``python -m sfx.runner.run --status``), and the run-wide
+summaries per policy (and Weights & Biases with ``--with_wandb``: ``sfx.experiment.wandb_log``),
+status.json (read by ``python -m sfx.runner.run --status``), and the run-wide
 counters (env errors, checkpoint failures, restarts) they all carry.
 
 A part of the coordinator loop (:func:`sfx.engine.coordinator.run_loop`): it takes every report
@@ -24,10 +25,11 @@ class TrainingReporter:
     """Per-policy statistics and meters of a training, and everything that shows them."""
 
     def __init__(self, cfg: Any, pids: Callable[[], dict[str, int]], world_size: int = 1,
-                 task_names: tuple = ()) -> None:
+                 task_names: tuple = (), main_rank: bool = True) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         from sfx.experiment import summary_dir
+        from sfx.experiment.wandb_log import WandbLogger
 
         self.cfg = cfg
         self.pids = pids  # the components' processes (memory summaries, status.json)
@@ -42,6 +44,8 @@ class TrainingReporter:
         # run-wide counts, in TensorBoard
         self.counters = {"env_errors": 0, "checkpoint_failures": 0, "component_restarts": 0}
         self.summary_hooks: list[Callable[[int, int], None]] = []  # (policy, env_steps): observers' summaries
+        # --with_wandb: the same scalars to Weights & Biases (rank 0 only; None without it)
+        self.wandb = WandbLogger.start(cfg) if main_rank else None
         self.start = self.last_report = self.last_summary = time.time()
 
     # ------------------------------------------------------------------ loop part
@@ -129,6 +133,8 @@ class TrainingReporter:
             self.writers[policy].add_text(tag, value, step)
         else:
             self.writers[policy].add_scalar(tag, value, step)
+        if self.wandb is not None:
+            self.wandb.log(policy, {tag: value}, step)
 
     def flush_summaries(self) -> None:
         for p, (s, wr) in enumerate(zip(self.policies, self.writers)):
@@ -148,11 +154,15 @@ class TrainingReporter:
                 scalars["memory/total_rss_mb"] = sum(rss.values())
             write_summaries(wr, scalars, s.env_steps)
             wr.flush()
+            if self.wandb is not None:
+                self.wandb.log(p, scalars, s.env_steps)
 
     def close(self) -> None:
         self.flush_summaries()
         for wr in self.writers:
             wr.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
     def result(self, status: str) -> dict:
         cfg = self.cfg

@@ -103,6 +103,7 @@ class Wiring:
     env_family: Any = None                 # registered again in each worker process
     make_env_fn: Any = None                # rollout workers' env factory; None = sfx.envs.make_env
     ranks: Any = None                      # this rank's RankInfo (sfx.engine.ranks); None = a single rank
+    eval_queue: Any = None                 # EVALUATE requests -> the evaluator (--eval_every_env_steps > 0)
 
     def spec(self, role: str, index: int) -> ComponentSpec:
         for s in self.components:
@@ -113,7 +114,7 @@ class Wiring:
     def queues_to_switch(self) -> list:
         """Every queue a dead process may have left unusable, each once (a wiring may share queues)."""
         qs = (*self.rollout_inboxes, *self.rollout_control, *self.policy_queues, self.report_queue,
-              *self.learner_queues, *self.learner_control)
+              *self.learner_queues, *self.learner_control, *([self.eval_queue] if self.eval_queue is not None else []))
         return [q for q in {id(q): q for q in qs}.values() if isinstance(q, SwitchableQueue)]
 
 
@@ -203,6 +204,12 @@ def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnat
                    w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks)
 
 
+def build_evaluator(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
+    from sfx.engine.evaluator import Evaluator
+
+    return Evaluator(w.cfg, list(w.weights), w.env_info, w.report_queue, device)
+
+
 def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     """A training run's components: a learner and ``policy_workers_per_policy`` policy workers per
     policy, ``num_workers`` rollout workers. Learners first: they publish the weights the policy
@@ -216,6 +223,8 @@ def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     specs += [ComponentSpec("policy_worker", p * cfg.policy_workers_per_policy + i, p, build_policy_worker,
                             w.policy_queues[p], None, device)
               for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
+    if w.eval_queue is not None:  # evaluation during training (rank 0 only): one more process, one thread
+        specs.append(ComponentSpec("evaluator", 0, -1, build_evaluator, w.eval_queue, None, device))
     return tuple(specs) + rollout_worker_specs(w)
 
 
@@ -294,7 +303,9 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                learner_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_policies)),
                rollout_inboxes=tuple(queue(INBOX_QUEUE_BYTES) for _ in range(cfg.num_workers)),
                rollout_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_workers)),
-               report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks)
+               report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks,
+               eval_queue=(queue(CONTROL_QUEUE_BYTES) if with_learners and cfg.eval_every_env_steps > 0
+                           and (ranks is None or ranks.is_main) else None))
     w = dataclasses.replace(w, components=tuple(components(w)))
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w

@@ -85,6 +85,22 @@ def save_milestone(cfg: Any, policy_id: int, path: str | os.PathLike) -> Path:
     return dst
 
 
+BEST_NAME = "best.pth"
+
+
+def best_checkpoint_path(cfg: Any, policy_id: int) -> Path:
+    """``checkpoint_p{N}/best/best.pth``: the weights that scored best on ``--save_best_metric`` (never pruned)."""
+    return checkpoint_dir(cfg, policy_id) / "best" / BEST_NAME
+
+
+def save_best_checkpoint(cfg: Any, policy_id: int, state: dict) -> Path:
+    """Replace the best checkpoint of ``policy_id`` atomically (``state``: ``model`` plus what it scored)."""
+    path = best_checkpoint_path(cfg, policy_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_torch_save(state, path)
+    return path
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     """Load one checkpoint file; raises on an unreadable or malformed one."""
     import torch

@@ -1,0 +1,271 @@
+"""Evaluation during training: an evaluator component and the coordinator part that schedules it.
+
+Every ``--eval_every_env_steps`` env steps of a policy, the coordinator's :class:`EvaluationPart` asks
+the evaluator (its own process, one more component; serially in ``--serial_mode``) to evaluate that
+policy: it takes the policy's newest published weights (the same seqlocked buffer policy workers
+read), plays ``--eval_episodes`` episodes on ``--eval_env`` (default: the training env) with
+``--eval_num_envs`` envs, sampling or (``--eval_deterministic``) taking the most likely action, and
+reports the mean reward and length, per-task rewards where the env has tasks, and the version of the
+weights it played. The part writes them to TensorBoard (``eval/reward``, ``eval/len``,
+``eval/policy_version``, ``eval/episodes``, ``eval/sec``, ``eval/task/<name>/reward``).
+
+Training never waits for it: the part sends a request only while the evaluator is idle, and an
+evaluation that falls due while one runs is skipped and counted (``eval/skipped``, logged). The
+evaluator's share of the machine is its envs (``--eval_num_envs``) and one thread.
+
+With ``--save_best_metric=eval/reward`` the evaluator keeps ``checkpoint_p{N}/best/best.pth``: the
+weights it evaluated whenever they beat the best score so far (written atomically; the score is in the
+file, so a resumed run keeps beating the old best, not a fresh one). ``sfx.enjoy
+--load_checkpoint_kind=best`` plays it.
+
+Episodes are spread evenly over the envs (each plays its share, then sits out), so short episodes are
+not over-represented; each evaluation re-seeds its envs (seeded runs: the same starts every time the
+same evaluation index comes round).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from sfx.engine.component import Component
+from sfx.engine.protocol import ERROR, EVAL_RESULT, EVALUATE, STOPPED
+
+log = logging.getLogger(__name__)
+
+EVALUATOR = "evaluator_0"
+EVAL_SEED_STRIDE = 10_007  # an evaluation's env seeds move on by this much from the previous one's
+
+
+def eval_cfg(cfg: Any) -> Any:
+    """The cfg the evaluator makes its envs from: ``--eval_env`` in place of ``--env`` (when given)."""
+    out = copy.copy(cfg)
+    if cfg.eval_env:
+        out.env = cfg.eval_env
+    return out
+
+
+def eval_env_config(cfg: Any, i: int) -> dict:
+    """Env ``i`` of the evaluator: ids after every rollout worker's (seeds and ports of its own)."""
+    return {"worker_index": cfg.num_workers, "vector_index": i,
+            "env_id": cfg.num_workers * cfg.num_envs_per_worker + i}
+
+
+def check_eval_env(cfg: Any, env_info: Any) -> None:
+    """Before anything starts: ``--eval_env`` must make an env with the training env's spaces and agents."""
+    from sfx.envs import make_env
+    from sfx.errors import ConfigError
+
+    if cfg.eval_every_env_steps <= 0 or not cfg.eval_env or cfg.eval_env == cfg.env:
+        return
+    try:
+        env = make_env(eval_cfg(cfg), {"worker_index": -1, "vector_index": 0, "env_id": -1})
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to make it is the user's --eval_env
+        raise ConfigError(f"--eval_env={cfg.eval_env!r} could not be made with this run's flags ({type(e).__name__}: "
+                          f"{e}); allowed: an env of the same family as --env={cfg.env}") from None
+    try:
+        got = (env.observation_space, env.action_space, env.num_agents)
+    finally:
+        env.close()
+    want = (env_info.observation_space, env_info.action_space, env_info.num_agents)
+    if got != want:
+        raise ConfigError(f"--eval_env={cfg.eval_env!r} has observation space {got[0]}, action space {got[1]}, "
+                          f"{got[2]} agent(s); --env={cfg.env} has {want[0]}, {want[1]}, {want[2]}: allowed: an env "
+                          f"with the same spaces and number of agents")
+
+
+class Evaluator(Component):
+    """Plays evaluation episodes with a policy's newest weights. Messages in: ``EVALUATE`` on its inbox.
+    Out: ``EVAL_RESULT`` reports. A component (start / process / tick / finish)."""
+
+    def __init__(self, cfg: Any, weights: list, env_info: Any, report_queue: Any, device: torch.device,
+                 make_env_fn: Any = None) -> None:
+        self.cfg = cfg
+        self.weights = weights
+        self.env_info = env_info
+        self.report_queue = report_queue
+        self.device = device
+        self.make_env_fn = make_env_fn
+        self.envs: list = []
+        self.evaluations = 0
+        self.best: dict[int, float] = {}
+
+    def start(self) -> None:
+        from sfx.envs import make_env
+        from sfx.experiment import best_checkpoint_path, load_checkpoint
+        from sfx.models import create_actor_critic
+
+        cfg = eval_cfg(self.cfg)
+        make = self.make_env_fn or make_env
+        self.envs = [make(cfg, eval_env_config(self.cfg, i)) for i in range(self.cfg.eval_num_envs)]
+        info = self.env_info
+        self.model = create_actor_critic(self.cfg, info.observation_space, info.action_space,
+                                         info.num_tasks).to(self.device).for_inference()
+        self.versions = [-1] * len(self.weights)
+        if self.cfg.save_best_metric != "none":
+            for p in range(len(self.weights)):
+                path = best_checkpoint_path(self.cfg, p)
+                if path.is_file():
+                    try:
+                        self.best[p] = float(load_checkpoint(path)["value"])
+                    except Exception as e:  # noqa: BLE001 - a damaged best file is replaced by the next best
+                        log.warning("best checkpoint %s cannot be read (%s): the next evaluation replaces it", path, e)
+
+    def process(self, msgs: list) -> None:
+        for kind, payload in msgs:
+            if kind != EVALUATE:
+                raise ValueError(f"evaluator got unknown message {kind!r}")
+            self.evaluate(int(payload["policy"]), int(payload["env_steps"]))
+
+    def evaluate(self, policy: int, env_steps: int) -> dict | None:
+        """One evaluation of ``policy`` (reported; also returned). None when the run stopped meanwhile."""
+        from sfx.algo.distributions import action_to_env
+        from sfx.engine.rollout_worker import env_task_id
+        from sfx.envs.registry import env_seed
+        from sfx.models.acting import AgentsActing
+        from sfx.models.obs import stack_obs
+
+        t0 = time.time()
+        version = self.weights[policy].read_into(self.model, self.versions[policy])
+        self.versions[policy] = version
+        cfg, n_envs, nap = self.cfg, len(self.envs), self.env_info.num_agents
+        quota = [cfg.eval_episodes // n_envs + (1 if i < cfg.eval_episodes % n_envs else 0) for i in range(n_envs)]
+        acting = AgentsActing(self.model, n_envs * nap, self.device, cfg.eval_deterministic)
+        obs = []
+        for i, env in enumerate(self.envs):
+            seed = env_seed(cfg, eval_env_config(cfg, i))
+            o, _ = env.reset(seed=None if seed is None else seed + EVAL_SEED_STRIDE * self.evaluations)
+            obs.append(o)
+        self.evaluations += 1
+        space = self.envs[0].observation_space
+        rewards: list[float] = []
+        lengths: list[int] = []
+        task_rewards: dict[str, list[float]] = {}
+        running = np.zeros((n_envs, nap))
+        running_len = np.zeros((n_envs, nap), dtype=np.int64)
+        names = self.env_info.task_names
+        while sum(quota) > 0:
+            if self.should_stop():
+                return None
+            actions, _ = acting.act(stack_obs([o for env_obs in obs for o in env_obs], space))
+            step_rewards = np.zeros(n_envs * nap, dtype=np.float32)
+            dones = np.zeros(n_envs * nap, dtype=bool)
+            for i, env in enumerate(self.envs):
+                if quota[i] <= 0:
+                    continue  # played its share: it sits out
+                rows = range(i * nap, (i + 1) * nap)
+                o, r, term, trunc, infos = env.step([action_to_env(env.action_space, actions[a]) for a in rows])
+                obs[i] = o
+                for j in range(nap):
+                    a = i * nap + j
+                    step_rewards[a], dones[a] = r[j], bool(term[j] or trunc[j])
+                    running[i, j] += float(r[j])
+                    running_len[i, j] += 1
+                    if not dones[a] or quota[i] <= 0:
+                        continue
+                    stats = (infos[j] or {}).get("episode") or {}
+                    rewards.append(float(stats.get("reward", running[i, j])))
+                    lengths.append(int(stats.get("len", running_len[i, j])))
+                    if len(names) > 1:
+                        task_rewards.setdefault(names[env_task_id(env)], []).append(rewards[-1])
+                    running[i, j], running_len[i, j] = 0.0, 0
+                    quota[i] -= 1
+            acting.observe(step_rewards, dones)
+        result = {"env_steps": env_steps, "policy_version": version, "episodes": len(rewards),
+                  "reward": float(np.mean(rewards)), "len": float(np.mean(lengths)),
+                  "tasks": {k: float(np.mean(v)) for k, v in task_rewards.items()},
+                  "sec": time.time() - t0, "best": False}
+        if cfg.save_best_metric == "eval/reward" and result["reward"] > self.best.get(policy, -math.inf):
+            result["best"] = self._save_best(policy, result)
+        self.report_queue.put((EVAL_RESULT, policy, result))
+        return result
+
+    def _save_best(self, policy: int, result: dict) -> bool:
+        from sfx.experiment import cfg_to_dict, save_best_checkpoint
+
+        state = {"model": self.model.state_dict(), "train_step": result["policy_version"],
+                 "policy_version": result["policy_version"], "env_steps": result["env_steps"],
+                 "metric": self.cfg.save_best_metric, "value": result["reward"], "cfg": cfg_to_dict(self.cfg)}
+        try:
+            save_best_checkpoint(self.cfg, policy, state)
+        except OSError as e:
+            log.error("policy %d: the best checkpoint (eval/reward %.3f) could not be saved: %s; the previous best is "
+                      "intact", policy, result["reward"], e.strerror or e)
+            return False
+        self.best[policy] = result["reward"]
+        return True
+
+    def finish(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the real shutdown
+                log.exception("evaluator env close failed")
+        self.envs = []
+
+
+class EvaluationPart:
+    """The coordinator loop's part for evaluations: asks the evaluator when a policy's evaluation falls
+    due (only while it is idle; else the evaluation is skipped and counted), and reports its results."""
+
+    def __init__(self, cfg: Any, eval_queue: Any, reporter: Any) -> None:
+        self.cfg = cfg
+        self.queue = eval_queue
+        self.reporter = reporter
+        self.every = int(cfg.eval_every_env_steps)
+        self.next_due: list[int] | None = None
+        self.busy = False
+        self.skipped = [0] * cfg.num_policies
+        self.results: list[dict] = []
+
+    def started(self, start: float) -> None:
+        pass
+
+    def handle(self, reports: list) -> None:
+        for kind, who, payload in reports:
+            if kind == EVAL_RESULT:
+                self.busy = False
+                self._report(int(who), payload)
+            elif kind in (ERROR, STOPPED) and who == EVALUATOR:
+                self.busy = False  # it died mid-evaluation: the supervisor restarts it, the next one is due as usual
+
+    def _report(self, p: int, r: dict) -> None:
+        self.results.append({"policy": p, **r})
+        step = r["env_steps"]
+        for tag in ("reward", "len", "policy_version", "episodes", "sec"):
+            self.reporter.summary(p, f"eval/{tag}", r[tag], step)
+        for name, value in r["tasks"].items():
+            self.reporter.summary(p, f"eval/task/{name}/reward", value, step)
+        log.info("evaluation of policy %d at %s env steps (weights version %d): reward %.3f, length %.1f over %d "
+                 "episodes in %.1f s%s", p, f"{step:,}", r["policy_version"], r["reward"], r["len"], r["episodes"],
+                 r["sec"], " (new best: saved)" if r["best"] else "")
+
+    def check(self, now: float) -> None:
+        from sfx.engine.runtime import put_or_raise
+
+        if not self.reporter.all_learners_ready:
+            return None
+        steps = [s.env_steps for s in self.reporter.policies]
+        if self.next_due is None:  # a resumed run evaluates at the next multiple, not at once
+            self.next_due = [(s // self.every + 1) * self.every for s in steps]
+        for p, s in enumerate(steps):
+            if s < self.next_due[p]:
+                continue
+            self.next_due[p] = (s // self.every + 1) * self.every
+            if self.busy:
+                self.skipped[p] += 1
+                self.reporter.summary(p, "eval/skipped", self.skipped[p], s)
+                log.info("policy %d: evaluation due at %s env steps skipped (the previous one still runs; %d skipped so "
+                         "far)", p, f"{s:,}", self.skipped[p])
+                continue
+            put_or_raise(self.queue, [(EVALUATE, {"policy": p, "env_steps": s})], "the evaluator")
+            self.busy = True
+        return None
