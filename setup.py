@@ -51,9 +51,11 @@ setup(
         "minigrid": ["minigrid>=2.3"],
         # --with_wandb (reinit="create_new" needs a recent wandb; tested with 0.31.0)
         "wandb": ["wandb>=0.19.10"],
+        # python -m sfx.export --format=onnx (and onnxruntime to run the exported file)
+        "export": ["onnx>=1.14", "onnxruntime>=1.16"],
         "test": ["pytest", "pytest-timeout", "pygame>=2.1.3",
                  "vizdoom>=1.2", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
-                 "wandb>=0.19.10"],
+                 "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

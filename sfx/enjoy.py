@@ -121,8 +121,7 @@ def enjoy(cfg: Any) -> dict:
     """
     from sfx.algo.distributions import action_to_env
     from sfx.engine.wiring import resolve_device
-    from sfx.experiment import (best_checkpoint_path, checkpoint_dir, experiment_dir, load_checkpoint,
-                                load_latest_checkpoint)
+    from sfx.experiment import experiment_dir, load_policy_checkpoint
     from sfx.models import create_actor_critic
     from sfx.models.acting import AgentsActing
     from sfx.models.obs import stack_obs
@@ -137,20 +136,10 @@ def enjoy(cfg: Any) -> dict:
 
     # the checkpoint is checked before the env is made: a missing one is the common mistake and
     # some envs are slow to start
+    checkpoint, _ = load_policy_checkpoint(cfg, policy_id)
     if cfg.load_checkpoint_kind == "best":
-        best = best_checkpoint_path(cfg, policy_id)
-        if not best.is_file():
-            raise ConfigError(f"no best checkpoint {best}: train with --save_best_metric=eval/reward and "
-                              f"--eval_every_env_steps, or play the latest one (--load_checkpoint_kind=latest)")
-        checkpoint = load_checkpoint(best)
         print(f"playing the best checkpoint: {checkpoint['metric']} {checkpoint['value']:.3f} at "
               f"{checkpoint['env_steps']:,} env steps", flush=True)
-    else:
-        checkpoint = load_latest_checkpoint(cfg, policy_id)
-    if checkpoint is None:
-        raise ConfigError(f"no checkpoint in {checkpoint_dir(cfg, policy_id)}: train the experiment first "
-                          f"(python -m sfx.train --env={cfg.env} --experiment={cfg.experiment}) "
-                          f"or check --train_dir/--experiment/--policy_index")
 
     render_mode = "rgb_array" if save_video else (None if no_render else "human")
     env = _make_env(cfg, render_mode)

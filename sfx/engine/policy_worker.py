@@ -46,6 +46,7 @@ class PolicyWorker(Component):
         self.report_queue = report_queue
         self.device = device
         self.version = -1
+        self._memory_buf: torch.Tensor | None = None  # a memory core's gathered memories (see process)
 
     def update_weights(self) -> None:
         self.version = self.weights.read_into(self.model, self.version)
@@ -85,7 +86,15 @@ class PolicyWorker(Component):
                 memory_agents = torch.cat([memory_agents, agent_idx])
         else:
             trunc_rows = None
-        memory = None if memory_agents is None else self.agents.memory[memory_agents].to(dev, non_blocking=True)
+        memory = None
+        if memory_agents is not None:
+            # gathered into a buffer kept between batches: a fresh [n, R, W] tensor per batch (up to hundreds of
+            # MB with a long memory) costs more in page faults than the copy itself
+            rows = len(memory_agents)
+            if self._memory_buf is None or self._memory_buf.shape[0] < rows:
+                self._memory_buf = torch.empty((rows, *self.agents.memory.shape[1:]), dtype=self.agents.memory.dtype)
+            memory = torch.index_select(self.agents.memory, 0, memory_agents, out=self._memory_buf[:rows])
+            memory = memory.to(dev, non_blocking=True)
 
         tasks = None
         if self.model.popart is not None:  # per-task value outputs: each row's task (its slot's)

@@ -140,3 +140,26 @@ def load_latest_checkpoint(cfg: Any, policy_id: int, map_location: Any = "cpu") 
         raise ConfigError(f"all {len(errors)} checkpoints in {path.parent} are unreadable (newest {path.name}: "
                           f"{reason}); delete them to start over")
     return None
+
+
+def load_policy_checkpoint(cfg: Any, policy_id: int, what: str = "play") -> tuple[dict, Path]:
+    """The checkpoint ``cfg.load_checkpoint_kind`` names (``latest``: the newest readable one; ``best``: the
+    one ``--save_best_metric`` kept) and its file, for entry points that use a trained policy (``what`` it
+    is for, in the error message).
+
+    Raises:
+        ConfigError: there is no such checkpoint (the message says where it looked and what to do).
+    """
+    if cfg.load_checkpoint_kind == "best":
+        best = best_checkpoint_path(cfg, policy_id)
+        if not best.is_file():
+            raise ConfigError(f"no best checkpoint {best}: train with --save_best_metric=eval/reward and "
+                              f"--eval_every_env_steps, or {what} the latest one (--load_checkpoint_kind=latest)")
+        return load_checkpoint(best), best
+    checkpoint = load_latest_checkpoint(cfg, policy_id)
+    if checkpoint is None:
+        raise ConfigError(f"no checkpoint in {checkpoint_dir(cfg, policy_id)}: train the experiment first "
+                          f"(python -m sfx.train --env={cfg.env} --experiment={cfg.experiment}) "
+                          f"or check --train_dir/--experiment/--policy_index")
+    return checkpoint, checkpoint_dir(cfg, policy_id) / checkpoint_name(checkpoint["train_step"],
+                                                                        checkpoint["env_steps"])
