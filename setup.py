@@ -49,13 +49,16 @@ setup(
         "atari": ["ale-py>=0.9", "opencv-python-headless"],
         "mujoco": ["mujoco>=3.0"],
         "minigrid": ["minigrid>=2.3"],
+        # the pettingzoo_ family: PettingZoo's registry (1.27+); pygame and scipy are what its classic, sisl and
+        # butterfly envs import (its own extras would pull pygame-ce over pygame, and open_spiel)
+        "pettingzoo": ["pettingzoo>=1.27", "pygame>=2.1.3", "scipy"],
         # --with_wandb (reinit="create_new" needs a recent wandb; tested with 0.31.0)
         "wandb": ["wandb>=0.19.10"],
         # python -m sfx.export --format=onnx (and onnxruntime to run the exported file)
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
         "test": ["pytest", "pytest-timeout", "pygame>=2.1.3",
                  "vizdoom>=1.2", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
-                 "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16"],
+                 "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",
