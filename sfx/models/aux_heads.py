@@ -50,25 +50,6 @@ def frames_to_chw(frames: torch.Tensor, obs_shape: Sequence[int]) -> torch.Tenso
     return frames
 
 
-def _init_decoder_weights(module: nn.Module, scheme: str, gain: float) -> None:
-    """``init_weights`` for Linear / Conv2d, and the same scheme for the transposed convolutions
-    (which ``init_weights`` does not know)."""
-    init_weights(module, scheme, gain)
-    if scheme == "torch_default":
-        return
-    for m in module.modules():
-        if isinstance(m, nn.ConvTranspose2d):
-            w = torch.empty(m.weight.shape, dtype=m.weight.dtype, device=m.weight.device)
-            if scheme == "orthogonal":
-                nn.init.orthogonal_(w, gain=gain)
-            else:
-                nn.init.xavier_uniform_(w, gain=gain)
-            with torch.no_grad():
-                m.weight.copy_(w)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-
-
 def _fresh_copy(module: nn.Module) -> nn.Module:
     """A structural copy with its own, re-drawn weights (a decoder must not start from the encoder's)."""
     twin = copy.deepcopy(module)
@@ -131,7 +112,7 @@ class FrameDecoder(nn.Module):
         layers = [_mirror_layer(layer, i_shape, o_shape, i)
                   for i, (layer, i_shape, o_shape) in reversed(list(enumerate(trace)))]
         self.deconvs = nn.Sequential(*layers, nn.Tanh())
-        _init_decoder_weights(self, initialization, gain)
+        init_weights(self, initialization, gain)
         self.bf16 = bool(encoder.bf16)
         self.memory_format = torch.channels_last
         self.deconvs.to(memory_format=self.memory_format)

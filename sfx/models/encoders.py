@@ -253,7 +253,7 @@ def init_weights(module: nn.Module, scheme: str = "orthogonal", gain: float = 1.
     if scheme == "torch_default":
         return
     for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d)):
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):  # transposed: the auxiliary decoders
             # drawn into a contiguous tensor, then copied: conv weights are channels_last in memory
             w = torch.empty(m.weight.shape, dtype=m.weight.dtype, device=m.weight.device)
             if scheme == "orthogonal":

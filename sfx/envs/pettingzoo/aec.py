@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sfx.envs.multi_agent import MultiAgentEnv
-from sfx.envs.pettingzoo.views import AgentMatch, AgentView, RandomPlayer, shared_spaces, split_agents
+from sfx.envs.pettingzoo.views import AgentMatch, PettingZooMatchEnv, RandomPlayer
 
 # env.step calls one sfx step may make for random players' turns and dead agents' removal; past this
 # the env is taken to be stuck (an env whose random players never hand the turn back nor end the match)
 MAX_INTERNAL_STEPS = 100_000
 
 
-class PettingZooAECEnv(MultiAgentEnv):
+class PettingZooAECEnv(PettingZooMatchEnv):
     """One turn per sfx step: the agent whose turn it is (``env.agent_selection``) acts, the others wait.
 
     Args:
@@ -24,29 +23,9 @@ class PettingZooAECEnv(MultiAgentEnv):
     """
 
     def __init__(self, env: Any, env_name: str, random_agents: list[str] = (), seed: int | None = None) -> None:
-        self.env = env
-        self.env_name = env_name
-        self.agents = split_agents(list(env.possible_agents), list(random_agents), env_name)
-        self.random_agents = set(env.possible_agents) - set(self.agents)
-        self.index = {a: i for i, a in enumerate(self.agents)}
-        self.num_agents = len(self.agents)
-        obs_space, self.action_space = shared_spaces(env, self.agents, env_name)
-        self.view = AgentView(obs_space, self.action_space, env_name)
-        self.observation_space = self.view.space
-        self.random_player = RandomPlayer(seed)
-        self.default_seed = seed
-        self.seeded = False
-        self.match: list[AgentMatch] = []
+        super().__init__(env, env_name, random_agents, seed)
         self.actor_mask: Any = None   # the env's mask in the actor's last observation (for illegal_moves)
         self.pending = [0.0] * self.num_agents  # rewards of turns played before the first sfx step
-
-    def reset(self, seed: int | None = None) -> tuple[list[Any], list[dict]]:
-        if seed is None and not self.seeded:
-            seed = self.default_seed
-        if seed is not None:
-            self.random_player = RandomPlayer(seed)
-            self.seeded = True
-        return self._start_match(seed), [{} for _ in range(self.num_agents)]
 
     # ----- the match ---------------------------------------------------------------------------
 

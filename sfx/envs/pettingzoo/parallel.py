@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sfx.envs.multi_agent import MultiAgentEnv
-from sfx.envs.pettingzoo.views import AgentMatch, AgentView, RandomPlayer, shared_spaces, split_agents
+from sfx.envs.pettingzoo.views import AgentMatch, PettingZooMatchEnv, RandomPlayer
 
 
-class PettingZooParallelEnv(MultiAgentEnv):
+class PettingZooParallelEnv(PettingZooMatchEnv):
     """Every agent in the match acts each step; one that is out (done early, not joined yet) sits out.
 
     Args:
@@ -19,28 +18,9 @@ class PettingZooParallelEnv(MultiAgentEnv):
     """
 
     def __init__(self, env: Any, env_name: str, random_agents: list[str] = (), seed: int | None = None) -> None:
-        self.env = env
-        self.env_name = env_name
-        self.agents = split_agents(list(env.possible_agents), list(random_agents), env_name)
-        self.random_agents = [a for a in env.possible_agents if a not in self.agents]
-        self.num_agents = len(self.agents)
-        obs_space, self.action_space = shared_spaces(env, self.agents, env_name)
-        self.view = AgentView(obs_space, self.action_space, env_name)
-        self.observation_space = self.view.space
-        self.random_player = RandomPlayer(seed)
-        self.default_seed = seed
-        self.seeded = False
-        self.match: list[AgentMatch] = []
+        super().__init__(env, env_name, random_agents, seed)
         self.env_obs: dict = {}     # the env's last observations and infos (masks of the next step)
         self.env_infos: dict = {}
-
-    def reset(self, seed: int | None = None) -> tuple[list[Any], list[dict]]:
-        if seed is None and not self.seeded:
-            seed = self.default_seed
-        if seed is not None:
-            self.random_player = RandomPlayer(seed)
-            self.seeded = True
-        return self._start_match(seed), [{} for _ in range(self.num_agents)]
 
     def _start_match(self, seed: int | None = None) -> list[Any]:
         self.env_obs, self.env_infos = self.env.reset(seed=seed)

@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from sfx.envs.multi_agent import MultiAgentEnv
 from sfx.errors import ConfigError
 
 ACTION_MASK_KEY = "action_mask"  # sfx.models.obs.ACTION_MASK_KEY (envs do not import models)
@@ -227,3 +228,35 @@ class AgentMatch:
         if with_masks:
             stats["illegal_moves"] = self.illegal_moves
         return stats
+
+
+class PettingZooMatchEnv(MultiAgentEnv):
+    """What the Parallel and the AEC adapters share: the agents sfx plays, the shared spaces and their
+    view, the random player, and seeding (``reset`` seeds the first match, later matches continue the
+    env's random stream). A subclass starts a match in ``_start_match(seed) -> observations``."""
+
+    def __init__(self, env: Any, env_name: str, random_agents: list[str] = (), seed: int | None = None) -> None:
+        self.env = env
+        self.env_name = env_name
+        self.agents = split_agents(list(env.possible_agents), list(random_agents), env_name)
+        self.random_agents = [a for a in env.possible_agents if a not in self.agents]
+        self.index = {a: i for i, a in enumerate(self.agents)}  # env agent name -> sfx agent index
+        self.num_agents = len(self.agents)
+        obs_space, self.action_space = shared_spaces(env, self.agents, env_name)
+        self.view = AgentView(obs_space, self.action_space, env_name)
+        self.observation_space = self.view.space
+        self.random_player = RandomPlayer(seed)
+        self.default_seed = seed
+        self.seeded = False
+        self.match: list[AgentMatch] = []
+
+    def reset(self, seed: int | None = None) -> tuple[list[Any], list[dict]]:
+        if seed is None and not self.seeded:
+            seed = self.default_seed
+        if seed is not None:
+            self.random_player = RandomPlayer(seed)
+            self.seeded = True
+        return self._start_match(seed), [{} for _ in range(self.num_agents)]
+
+    def _start_match(self, seed: int | None = None) -> list[Any]:
+        raise NotImplementedError
