@@ -91,6 +91,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "atari_": "sfx.envs.atari",
     "dmlab_": "sfx.envs.dmlab",
     "mujoco_": "sfx.envs.mujoco",
+    "minigrid_": "sfx.envs.minigrid",
     "pettingzoo_": "sfx.envs.pettingzoo",
 }
 # whole env name -> module whose import (then ``register_family()``) registers it with register_env

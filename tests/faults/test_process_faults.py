@@ -143,9 +143,10 @@ def check_finished(run: Run, rc: int, err: str) -> None:
     assert rc == 0, err[-3000:]
     assert (run.exp / "done").is_file()
     steps = int((run.exp / "done").read_text().split("=")[1])
-    # the trajectories in flight when the target is reached still count (a few batches of 256);
-    # nothing is counted twice, which would be far above
-    assert run.steps <= steps <= run.steps + 12 * 256
+    # the trajectories in flight when the target is reached still count (a few batches of 256, more when
+    # a loaded machine slows the coordinator's notice: 14.5 batches seen at load 5-8); nothing is counted
+    # twice, which would be far above
+    assert run.steps <= steps <= run.steps + 24 * 256
 
 
 @pytest.mark.fault("kill -9 of a rollout worker")
