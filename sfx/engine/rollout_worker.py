@@ -316,7 +316,8 @@ class RolloutWorker(Component):
             buf["rnn_states"][slot, t + 1] = self.init_rnn
             if self.num_policies > 1:
                 self.repick_policy[a] = True
-        prev = (None, 0.0) if done else (buf["actions"][slot, t], reward)
+        # what led to this observation (--use_prev_action_reward only: no array view per step otherwise)
+        prev = (buf["actions"][slot, t], reward) if self.prev_action_reward and not done else (None, 0.0)
         t += 1
         self._write_obs(buf["obs"], (slot, t), obs, *prev)
         if t < self.rollout:
