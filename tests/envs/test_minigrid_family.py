@@ -165,13 +165,3 @@ def test_short_serial_training_reports_success(tmp_path):
     acc = EventAccumulator(str(exp / ".summary" / "0"))
     acc.Reload()
     assert "episode/success" in acc.Tags()["scalars"]
-
-
-def success_curve(cfg):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from sfx.experiment import summary_dir
-
-    acc = EventAccumulator(str(summary_dir(cfg, 0)))
-    acc.Reload()
-    return [(e.step, round(e.value, 2)) for e in acc.Scalars("episode/success")]
