@@ -39,6 +39,7 @@ setup(
         "submitit",      # sfx_runner's Slurm backend
         "pandas",        # sfx_tb's tables and curves
         "matplotlib",    # sfx_tb's plots, bench charts
+        "pillow",        # evaluation videos (animated GIFs in TensorBoard); matplotlib needs it too
     ],
     extras_require={
         # gymnasium's classic-control envs (CartPole ...) draw their frames with pygame: needed for

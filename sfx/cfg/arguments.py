@@ -159,6 +159,12 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     add_bool_arg(g, "eval_deterministic", False, "evaluate with the most likely action (argmax) instead of sampling")
     g.add_argument("--eval_num_envs", type=int, default=2,
                    help="envs the evaluator steps (in its one process: its share of the CPU)")
+    g.add_argument("--eval_video_every", type=int, default=0,
+                   help="every this many evaluations (1 = each, the first included) also record the first episode of "
+                        "the first eval env as an animated GIF in TensorBoard (eval/video, Images tab); 0 = no videos")
+    g.add_argument("--eval_video_max_frames", type=int, default=300,
+                   help="frames at most in an evaluation video (a longer episode is cut); frames are shrunk to "
+                        "256 pixels on the long side")
     g.add_argument("--save_best_metric", choices=["none", "eval/reward"], default="none",
                    help="keep checkpoint_p{N}/best/best.pth: the weights with the highest value of this metric so far "
                         "(sfx.enjoy --load_checkpoint_kind=best plays them)")

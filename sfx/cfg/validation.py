@@ -84,6 +84,13 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         for name in ("eval_episodes", "eval_num_envs"):
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(cfg, name)} must be a positive integer (> 0)")
+    if cfg.eval_video_every < 0:
+        raise ConfigError(f"--eval_video_every={cfg.eval_video_every} must be >= 0 (0 = no videos)")
+    if cfg.eval_video_every > 0 and cfg.eval_every_env_steps <= 0:
+        raise ConfigError(f"--eval_video_every={cfg.eval_video_every} records evaluations: set --eval_every_env_steps "
+                          f"(e.g. 100000)")
+    if cfg.eval_video_max_frames < 1:
+        raise ConfigError(f"--eval_video_max_frames={cfg.eval_video_max_frames} must be >= 1")
     if cfg.save_best_metric != "none" and cfg.eval_every_env_steps <= 0:
         raise ConfigError(f"--save_best_metric={cfg.save_best_metric} needs evaluations: set --eval_every_env_steps "
                           f"(e.g. 100000)")

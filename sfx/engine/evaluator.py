@@ -21,6 +21,12 @@ file, so a resumed run keeps beating the old best, not a fresh one). ``sfx.enjoy
 Episodes are spread evenly over the envs (each plays its share, then sits out), so short episodes are
 not over-represented; each evaluation re-seeds its envs (seeded runs: the same starts every time the
 same evaluation index comes round).
+
+With ``--eval_video_every=K`` every K-th evaluation (the first included) also records its first
+env's first episode (the env made with ``render_mode="rgb_array"``; at most
+``--eval_video_max_frames`` frames) and the part writes it to TensorBoard as ``eval/video``: an
+animated GIF in the Images tab (:mod:`sfx.experiment.videos`). An env that cannot render turns the
+videos off with one warning; the evaluations go on.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import torch
 
 from sfx.engine.component import Component
 from sfx.engine.protocol import ERROR, EVAL_RESULT, EVALUATE, STOPPED
+from sfx.experiment.videos import as_rgb_frame, gif_bytes, render_fps
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +104,7 @@ class Evaluator(Component):
         self.envs: list = []
         self.evaluations = 0
         self.best: dict[int, float] = {}
+        self.video_every = int(cfg.eval_video_every)
 
     def start(self) -> None:
         from sfx.envs import make_env
@@ -105,7 +113,10 @@ class Evaluator(Component):
 
         cfg = eval_cfg(self.cfg)
         make = self.make_env_fn or make_env
-        self.envs = [make(cfg, eval_env_config(self.cfg, i)) for i in range(self.cfg.eval_num_envs)]
+        # the first env renders frames when videos are on (rendering only while one is recorded)
+        self.envs = [make(cfg, eval_env_config(self.cfg, i), **({"render_mode": "rgb_array"}
+                                                                 if i == 0 and self.video_every > 0 else {}))
+                     for i in range(self.cfg.eval_num_envs)]
         info = self.env_info
         self.model = create_actor_critic(self.cfg, info.observation_space, info.action_space,
                                          info.num_tasks).to(self.device).for_inference()
@@ -144,6 +155,9 @@ class Evaluator(Component):
             seed = env_seed(cfg, eval_env_config(cfg, i))
             o, _ = env.reset(seed=None if seed is None else seed + EVAL_SEED_STRIDE * self.evaluations)
             obs.append(o)
+        # this evaluation records env 0's first episode (agent 0's; every agent shares the env's picture)
+        frames: list[np.ndarray] = []
+        recording = self.video_every > 0 and self.evaluations % self.video_every == 0 and self._record(frames)
         self.evaluations += 1
         space = self.envs[0].observation_space
         rewards: list[float] = []
@@ -164,6 +178,10 @@ class Evaluator(Component):
                 rows = range(i * nap, (i + 1) * nap)
                 o, r, term, trunc, infos = env.step([action_to_env(env.action_space, actions[a]) for a in rows])
                 obs[i] = o
+                if i == 0 and recording:
+                    # the env resets itself: the frame after the episode's last step is the next one's first
+                    recording = (not (term[0] or trunc[0]) and len(frames) < cfg.eval_video_max_frames
+                                 and self._record(frames))
                 for j in range(nap):
                     a = i * nap + j
                     step_rewards[a], dones[a] = r[j], bool(term[j] or trunc[j])
@@ -183,10 +201,39 @@ class Evaluator(Component):
                   "reward": float(np.mean(rewards)), "len": float(np.mean(lengths)),
                   "tasks": {k: float(np.mean(v)) for k, v in task_rewards.items()},
                   "sec": time.time() - t0, "best": False}
+        video = self._encode(frames) if frames else None
+        if video is not None:
+            result["video"] = video
         if cfg.save_best_metric == "eval/reward" and result["reward"] > self.best.get(policy, -math.inf):
             result["best"] = self._save_best(policy, result)
         self.report_queue.put((EVAL_RESULT, policy, result))
         return result
+
+    def _record(self, frames: list) -> bool:
+        """Appends env 0's current picture to ``frames``. An env that cannot render: ``frames`` emptied,
+        videos off for the rest of the run (one warning), False."""
+        try:
+            frame = self.envs[0].render()
+            if frame is None:
+                raise ValueError("render() returned None")
+            frames.append(as_rgb_frame(frame))
+            return True
+        except Exception as e:  # noqa: BLE001 - a video is a nice-to-have: never stop evaluating for it
+            log.warning("--eval_video_every=%d: %s cannot render rgb_array frames (%s: %s); evaluation videos are "
+                        "off for this run", self.video_every, self.cfg.eval_env or self.cfg.env, type(e).__name__, e)
+            self.video_every = 0
+            frames.clear()
+            return False
+
+    def _encode(self, frames: list) -> dict | None:
+        try:
+            gif, height, width = gif_bytes(frames, render_fps(self.envs[0]))
+        except Exception as e:  # noqa: BLE001 - as in _record: the evaluation's figures matter more
+            log.warning("an evaluation video could not be encoded (%s: %s); evaluation videos are off for this run",
+                        type(e).__name__, e)
+            self.video_every = 0
+            return None
+        return {"gif": gif, "height": height, "width": width, "frames": len(frames)}
 
     def _save_best(self, policy: int, result: dict) -> bool:
         from sfx.experiment import cfg_to_dict, save_best_checkpoint
@@ -238,12 +285,18 @@ class EvaluationPart:
                 self.busy = False  # it died mid-evaluation: the supervisor restarts it, the next one is due as usual
 
     def _report(self, p: int, r: dict) -> None:
-        self.results.append({"policy": p, **r})
+        # the results stay for the run's summary: without the video's bytes (MBs each over a week's run)
+        kept = {k: v for k, v in r.items() if k != "video"}
+        if "video" in r:
+            kept["video"] = {k: v for k, v in r["video"].items() if k != "gif"}
+        self.results.append({"policy": p, **kept})
         step = r["env_steps"]
         for tag in ("reward", "len", "policy_version", "episodes", "sec"):
             self.reporter.summary(p, f"eval/{tag}", r[tag], step)
         for name, value in r["tasks"].items():
             self.reporter.summary(p, f"eval/task/{name}/reward", value, step)
+        if "video" in r:
+            self.reporter.video(p, "eval/video", r["video"], step)
         log.info("evaluation of policy %d at %s env steps (weights version %d): reward %.3f, length %.1f over %d "
                  "episodes in %.1f s%s", p, f"{step:,}", r["policy_version"], r["reward"], r["len"], r["episodes"],
                  r["sec"], " (new best: saved)" if r["best"] else "")

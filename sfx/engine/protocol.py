@@ -38,7 +38,8 @@ Reports (every component -> report_queue -> coordinator), all ``(kind, who, payl
     (RANK_LOST, component_name, message)                  with several ranks: a collective failed (another
                                                           rank died, hung or was killed); sent before ERROR
     (EVAL_RESULT, policy, {"env_steps", "policy_version", "episodes", "reward", "len", "tasks": {name: reward},
-                           "sec", "best": bool})        the evaluator finished one evaluation
+                           "sec", "best": bool[, "video": {"gif": bytes, "height", "width", "frames"}]})
+                                                          the evaluator finished one evaluation
 
 ``split_tag`` is ``generation * worker_num_splits + split``: a restarted rollout worker, or one
 asked to resend, starts a new generation, and answers to another generation's requests are

@@ -136,6 +136,17 @@ class TrainingReporter:
         if self.wandb is not None:
             self.wandb.log(policy, {tag: value}, step)
 
+    def video(self, policy: int, tag: str, video: dict, step: int) -> None:
+        """An animated GIF (``{"gif", "height", "width"}``, :func:`sfx.experiment.videos.gif_bytes`) in a
+        policy's TensorBoard summaries (the Images tab plays it)."""
+        from sfx.experiment.videos import video_summary
+
+        writer = self.writers[policy]
+        writer._get_file_writer().add_summary(video_summary(tag, video["gif"], video["height"], video["width"]), step)
+        writer.flush()
+        if self.wandb is not None:
+            self.wandb.video(policy, tag, video["gif"], step)
+
     def flush_summaries(self) -> None:
         for p, (s, wr) in enumerate(zip(self.policies, self.writers)):
             for hook in self.summary_hooks:

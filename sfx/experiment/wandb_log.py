@@ -25,6 +25,7 @@ TensorBoard goes on alone. Only the main rank (rank 0) logs, as only it writes s
 from __future__ import annotations
 
 import importlib.util
+import io
 import logging
 import math
 import re
@@ -216,6 +217,18 @@ class WandbLogger:
             self.run.log(row)
         except Exception as e:  # noqa: BLE001 - disk full, a dead W&B service: never stop training
             self._fail("log", e)
+
+    def video(self, policy: int, tag: str, gif: bytes, env_steps: int) -> None:
+        """An animated GIF as a W&B video ``p{policy}/<tag>`` at ``env_steps`` (failures: as :meth:`log`)."""
+        if self.failed or self.run is None:
+            return
+        try:
+            import wandb
+
+            self.run.log({wandb_key(policy, tag): wandb.Video(io.BytesIO(gif), format="gif"),
+                          wandb_key(policy, "env_steps"): int(env_steps)})
+        except Exception as e:  # noqa: BLE001
+            self._fail("log a video", e)
 
     def finish(self) -> None:
         """End the W&B run (its files flushed; online: uploaded). Safe to call twice or after a failure."""

@@ -5,9 +5,12 @@ sfx.enjoy plays, and refuses an --eval_env with other spaces."""
 from __future__ import annotations
 
 import glob
+import io
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image, ImageSequence
 
 from sfx.cfg import ConfigError, default_cfg, parse_args
 from sfx.engine import run_training
@@ -30,7 +33,7 @@ def small_cfg(tmp_path, **overrides):
 
 def test_a_serial_run_evaluates_keeps_the_best_and_enjoy_plays_it(tmp_path, capsys):
     cfg = small_cfg(tmp_path, serial_mode=True, eval_every_env_steps=2000, eval_episodes=3, eval_num_envs=2,
-                    save_best_metric="eval/reward")
+                    save_best_metric="eval/reward", eval_video_every=2, eval_video_max_frames=40)
     result = run_training(cfg)
     evals = result["evaluations"]
     assert [e["env_steps"] // 2000 for e in evals] == list(range(1, len(evals) + 1)) and len(evals) >= 2
@@ -48,6 +51,20 @@ def test_a_serial_run_evaluates_keeps_the_best_and_enjoy_plays_it(tmp_path, caps
     acc.Reload()
     assert [s.value for s in acc.Scalars("eval/reward")] == pytest.approx([e["reward"] for e in evals])
     assert {"eval/len", "eval/policy_version", "eval/episodes", "eval/sec"} <= set(acc.Tags()["scalars"])
+    # every 2nd evaluation, the first included, recorded env 0's first episode: CartPole's 600x400 picture
+    # shrunk to 256x171, at most 40 frames, an animated GIF in the Images tab
+    videos = acc.Images("eval/video")
+    assert [v.step for v in videos] == [e["env_steps"] for e in evals[::2]]
+    assert [("video" in e) for e in evals] == [i % 2 == 0 for i in range(len(evals))]
+    for v, e in zip(videos, evals[::2]):
+        gif = Image.open(io.BytesIO(v.encoded_image_string))
+        assert gif.format == "GIF" and gif.size == (256, 171) == (v.width, v.height)
+        # Pillow merges identical consecutive frames into one longer frame: the play time is what is kept
+        # (CartPole renders at 50 fps: 20 ms a frame)
+        durations = [f.info["duration"] for f in ImageSequence.Iterator(gif)]
+        assert sum(durations) == 20 * e["video"]["frames"] and 1 < e["video"]["frames"] <= 40
+        frames = [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+        assert any(not np.array_equal(frames[0], f) for f in frames[1:])  # the pole moves
 
     from sfx import enjoy
 
@@ -130,6 +147,29 @@ def test_episodes_are_spread_over_the_envs_and_a_seeded_evaluation_repeats(tmp_p
     assert drain(reports)[0][0] == EVAL_RESULT
     a.finish()
     b.finish()
+
+
+def test_an_env_that_cannot_render_turns_videos_off_and_evaluation_goes_on(tmp_path, caplog):
+    ev, _ = _evaluator(tmp_path, eval_episodes=2, eval_every_env_steps=1000, eval_video_every=1)
+
+    def broken():
+        raise RuntimeError("no display")
+
+    ev.envs[0].render = broken
+    result = ev.evaluate(0, 100)
+    assert result["episodes"] == 2 and "video" not in result and ev.video_every == 0
+    assert "cannot render rgb_array frames (RuntimeError: no display); evaluation videos are off" in caplog.text
+    assert "video" not in ev.evaluate(0, 200)
+    ev.finish()
+
+
+def test_video_flags_are_checked():
+    with pytest.raises(ConfigError, match=r"--eval_video_every=3 records evaluations: set --eval_every_env_steps"):
+        default_cfg(eval_video_every=3)
+    with pytest.raises(ConfigError, match=r"--eval_video_every=-1 must be >= 0"):
+        default_cfg(eval_video_every=-1, eval_every_env_steps=1000)
+    with pytest.raises(ConfigError, match=r"--eval_video_max_frames=0 must be >= 1"):
+        default_cfg(eval_video_max_frames=0)
 
 
 def test_an_eval_env_with_other_spaces_is_refused(tmp_path):

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sfx.cfg import default_cfg
@@ -336,3 +337,22 @@ def test_a_real_training_logs_to_w_and_b_offline_and_its_resume_continues_the_ru
     second = next(r for r in offline_runs(cfg) if r != first)
     later = [r["p0/env_steps"] for r in history(finished_records(second / f"run-{run_id}.wandb")) if "p0/env_steps" in r]
     assert later and min(later) > max(steps) - 1024  # the resumed part goes on from where the first stopped
+
+
+def test_an_evaluation_video_is_a_w_and_b_video_at_the_policys_env_steps(tmp_path):
+    from sfx.experiment.videos import gif_bytes
+
+    gif, _, _ = gif_bytes([np.full((8, 12, 3), c, dtype=np.uint8) for c in (0, 128, 255)], fps=10)
+    cfg = make_cfg(tmp_path)
+    logger = WandbLogger.start(cfg)
+    logger.video(1, "eval/video", gif, 2048)
+    logger.finish()
+    run_id = wandb_run_id_path(cfg).read_text().strip()
+    [run] = offline_runs(cfg)
+    [row] = history(finished_records(run / f"run-{run_id}.wandb"))
+    assert row["p1/env_steps"] == 2048
+    # the history row's nested value comes out flat: p1/eval/video/{_type,path,sha256,size}
+    assert row["p1/eval/video/_type"] == "video-file" and row["p1/eval/video/path"].endswith(".gif")
+    assert row["p1/eval/video/size"] == len(gif)
+    # the file W&B keeps (uploaded online) is the GIF itself
+    assert (run / "files" / row["p1/eval/video/path"]).read_bytes() == gif
