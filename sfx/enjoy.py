@@ -33,7 +33,6 @@ import torch
 
 from sfx.cfg import ConfigError, add_eval_args, parse_args
 
-DEFAULT_VIDEO_FPS = 30
 MAX_VIDEO_FRAMES = 10**9  # frames past this are not written (a guard against filling the disk)
 
 
@@ -101,11 +100,9 @@ def _render(env: Any, cfg: Any) -> Any:
 
 
 def _video_fps(cfg: Any, env: Any) -> float:
-    if cfg.fps > 0:
-        return float(cfg.fps)
-    # the one-agent adapter keeps the gymnasium env (and its metadata) in .env
-    metadata = getattr(env, "metadata", None) or getattr(getattr(env, "env", None), "metadata", None) or {}
-    return float(metadata.get("render_fps") or DEFAULT_VIDEO_FPS)
+    from sfx.experiment.videos import render_fps
+
+    return float(cfg.fps) if cfg.fps > 0 else render_fps(env)
 
 
 def enjoy(cfg: Any) -> dict:
