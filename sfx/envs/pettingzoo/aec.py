@@ -119,16 +119,7 @@ class PettingZooAECEnv(PettingZooMatchEnv):
         infos: list[dict] = [{"is_active": i == actor} for i in range(self.num_agents)]
         if self.env.agents:
             return self._observations(), rewards, [False] * self.num_agents, [False] * self.num_agents, infos
-
-        terminated, truncated = [], []
-        for i, m in enumerate(self.match):
-            trunc = m.left == "truncated"
-            terminated.append(not trunc)
-            truncated.append(trunc)
-            infos[i]["final_obs"] = m.final_obs if m.final_obs is not None else self.view.placeholder()
-            if m.joined:
-                infos[i]["episode"] = m.episode_stats(self.view.mask_sizes is not None, with_turns=True)
-        return self._start_match(), rewards, terminated, truncated, infos
+        return self._end_match(rewards, infos, with_turns=True)
 
     def render(self) -> Any:
         return self.env.render()

@@ -72,17 +72,7 @@ class PettingZooParallelEnv(PettingZooMatchEnv):
         if not self._match_over():
             return ([self._sfx_obs(a) if a in self.env.agents else self.view.placeholder() for a in self.agents],
                     sfx_rewards, [False] * self.num_agents, [False] * self.num_agents, infos_out)
-
-        terminated, truncated = [], []
-        for i, agent in enumerate(self.agents):
-            m = self.match[i]
-            trunc = m.left == "truncated"
-            terminated.append(not trunc)
-            truncated.append(trunc)
-            infos_out[i]["final_obs"] = m.final_obs if m.final_obs is not None else self.view.placeholder()
-            if m.joined:
-                infos_out[i]["episode"] = m.episode_stats(self.view.mask_sizes is not None, with_turns=False)
-        return self._start_match(), sfx_rewards, terminated, truncated, infos_out
+        return self._end_match(sfx_rewards, infos_out, with_turns=False)
 
     def _match_over(self) -> bool:
         """Over when the env has no agent left, or only random players while every sfx agent has played."""

@@ -260,3 +260,18 @@ class PettingZooMatchEnv(MultiAgentEnv):
 
     def _start_match(self, seed: int | None = None) -> list[Any]:
         raise NotImplementedError
+
+    def _end_match(self, rewards: list[float], infos: list[dict],
+                   with_turns: bool) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict]]:
+        """The step that ends a match, for every agent: terminated (or truncated where a time limit took it
+        out), its final observation, its episode statistics if it joined; the observations are the next
+        match's first (envs reset themselves)."""
+        terminated, truncated = [], []
+        for i, m in enumerate(self.match):
+            trunc = m.left == "truncated"
+            terminated.append(not trunc)
+            truncated.append(trunc)
+            infos[i]["final_obs"] = m.final_obs if m.final_obs is not None else self.view.placeholder()
+            if m.joined:
+                infos[i]["episode"] = m.episode_stats(self.view.mask_sizes is not None, with_turns=with_turns)
+        return self._start_match(), rewards, terminated, truncated, infos
