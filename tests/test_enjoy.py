@@ -17,9 +17,9 @@ import torch
 
 from sfx import enjoy as enjoy_module
 from sfx.cfg import ConfigError, parse_args
-from sfx.envs import MultiAgentEnv, make_env, register_env_family, unregister_env_family
-from sfx.experiment import cfg_to_dict, experiment_dir, save_cfg, save_checkpoint
+from sfx.envs import MultiAgentEnv, register_env_family, unregister_env_family
 from sfx.models import create_actor_critic
+from tests.untrained_experiment import write_untrained_experiment
 
 CARTPOLE = "gym_CartPole-v1"
 EPISODE_RE = re.compile(r"^episode (\d+)(?: agent (\d+))?: reward ([-\d.]+), length (\d+)$", re.M)
@@ -31,17 +31,7 @@ def make_experiment(train_dir: Path, env: str = CARTPOLE, *flags: str, checkpoin
 
     Returns the flags that point sfx.enjoy at it.
     """
-    where = [f"--env={env}", "--experiment=enjoy_test", f"--train_dir={train_dir}"]
-    cfg = parse_args([*where, "--device=cpu", "--hidden_size=16", "--seed=3", *flags])
-    experiment_dir(cfg).mkdir(parents=True, exist_ok=True)
-    save_cfg(cfg)
-    if checkpoint:
-        probe = make_env(cfg)
-        model = create_actor_critic(cfg, probe.observation_space, probe.action_space)
-        probe.close()
-        save_checkpoint(cfg, 0, {"model": model.state_dict(), "optimizer": {}, "train_step": 1, "env_steps": 0,
-                                 "policy_version": 1, "cfg": cfg_to_dict(cfg)})
-    return where
+    return [f"--env={env}", *write_untrained_experiment(train_dir, env, "enjoy_test", *flags, checkpoint=checkpoint)]
 
 
 def run_enjoy(argv: list[str]) -> dict:

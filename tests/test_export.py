@@ -22,11 +22,11 @@ from sfx import export as export_module
 from sfx.algo.distributions import action_shape, make_action_distribution
 from sfx.cfg import ConfigError, default_cfg, parse_args
 from sfx.envs import make_env
-from sfx.experiment import (cfg_to_dict, experiment_dir, load_latest_checkpoint, save_best_checkpoint, save_cfg,
-                            save_checkpoint)
+from sfx.experiment import load_latest_checkpoint, save_best_checkpoint
 from sfx.models import create_actor_critic
 from sfx.models.export import export_model
 from sfx.models.obs import ACTION_MASK_KEY, PREV_ACTION_KEY, PREV_REWARD_KEY, obs_spec
+from tests.untrained_experiment import write_untrained_experiment
 
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -258,17 +258,8 @@ def test_export_leaves_the_callers_model_as_it_was(tmp_path):
 def make_experiment(train_dir: Path, env: str, *flags: str, checkpoint: bool = True) -> list[str]:
     """An experiment folder as training leaves it (cfg.json + one checkpoint of an untrained model); returns
     the flags that point at it (without --env: sfx.export reads it from cfg.json)."""
-    where = ["--experiment=export_test", f"--train_dir={train_dir}"]
-    cfg = parse_args([f"--env={env}", *where, "--device=cpu", "--hidden_size=16", "--seed=3", *flags])
-    experiment_dir(cfg).mkdir(parents=True, exist_ok=True)
-    save_cfg(cfg)
-    if checkpoint:
-        probe = make_env(cfg)
-        model = create_actor_critic(cfg, probe.observation_space, probe.action_space)
-        probe.close()
-        save_checkpoint(cfg, 0, {"model": model.state_dict(), "optimizer": {}, "train_step": 5, "env_steps": 640,
-                                 "policy_version": 5, "cfg": cfg_to_dict(cfg)})
-    return where
+    return write_untrained_experiment(train_dir, env, "export_test", *flags, checkpoint=checkpoint, train_step=5,
+                                      env_steps=640)
 
 
 def checkpoint_model(env: str, where: list[str]):
