@@ -16,6 +16,10 @@ One env under one exact name (no prefix matching)::
 
     register_env("my_gridworld", make_my_env)   # --env=my_gridworld, and nothing else
 
+A family that serves gymnasium ids under its own names (``minigrid_MemoryS7`` is
+``MiniGrid-MemoryS7-v0`` with the family's observation view and defaults) says so with ``gym_id_fn``;
+``--env=gym_MiniGrid-MemoryS7-v0`` or ``--env=MiniGrid-MemoryS7-v0`` then answers with the sfx spelling.
+
 A composite env is made of other envs that its own flags name (``--env=multitask
 --multitask_envs=atari_pong,atari_breakout``): its ``compose_fn`` reads those flags and returns a
 :class:`Composition`; the parser then adds the flags and default overrides of the named envs' families.
@@ -27,6 +31,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
@@ -42,6 +47,8 @@ MakeEnvFn = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=N
 DefaultOverrides = dict | Callable[[str], dict]
 AddParamsFn = Callable[[argparse.ArgumentParser], None]
 ValidateFn = Callable[[argparse.Namespace], None]
+# a gymnasium id (``MiniGrid-MemoryS7-v0``, ``ALE/Pong-v5``) -> the env name under which a family serves it, or None
+GymIdFn = Callable[[str], "str | None"]
 
 
 class Composition(NamedTuple):
@@ -71,6 +78,8 @@ class EnvFamily:
     exact: bool = False
     # a composite env's hook (see :class:`Composition`); None for an env made of no other envs
     compose_fn: ComposeFn | None = None
+    # the gymnasium ids this family serves under its own names (see :func:`sfx_names_for_gym_id`)
+    gym_id_fn: GymIdFn | None = None
 
     def defaults_for(self, env_name: str) -> dict:
         """The flag defaults this family sets for ``env_name`` (a copy)."""
@@ -104,7 +113,8 @@ _families: dict[str, EnvFamily] = {}
 
 def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
                         default_overrides: DefaultOverrides | None = None,
-                        validate_fn: ValidateFn | None = None, compose_fn: ComposeFn | None = None) -> None:
+                        validate_fn: ValidateFn | None = None, compose_fn: ComposeFn | None = None,
+                        gym_id_fn: GymIdFn | None = None) -> None:
     """Register (or replace) the family of envs whose names start with ``prefix``.
 
     Args:
@@ -117,13 +127,16 @@ def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddP
             (e.g. a reward scale per scenario). Either way they show in ``--help`` and are saved in cfg.json.
         validate_fn: ``(cfg) -> None``, raises :class:`ConfigError` on a bad env name or family flag.
         compose_fn: for a composite env only: ``(values of the flags known so far) -> Composition``.
+        gym_id_fn: ``(gymnasium id) -> env name of this family or None``, for a family that serves
+            gymnasium ids under its own names: a user who types the gymnasium id is told the sfx name.
     """
     if not prefix or not isinstance(prefix, str):
         raise ValueError(f"an env family prefix must be a non-empty string, got {prefix!r}")
     if prefix in _families:
         log.debug("env family %r registered again: the new one replaces the old", prefix)
     overrides = default_overrides if callable(default_overrides) else dict(default_overrides or {})
-    _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, overrides, validate_fn, compose_fn=compose_fn)
+    _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, overrides, validate_fn, compose_fn=compose_fn,
+                                  gym_id_fn=gym_id_fn)
 
 
 def register_env(env_name: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
@@ -192,12 +205,41 @@ def find_family(env_name: str) -> EnvFamily:
     """The family of ``env_name`` (longest matching prefix); :class:`ConfigError` if there is none."""
     candidates = [p for p in registered_prefixes() if _matches(p, env_name)]
     if not candidates:
+        # a bare gymnasium id: the family that serves it, or the gym_ family
+        hint = sfx_names_for_gym_id(env_name) or (["gym_" + env_name] if env_name in gymnasium.registry else [])
         raise ConfigError(f"--env={env_name} matches no env family; names start with one of: "
-                          f"{', '.join(registered_prefixes())}")
+                          f"{', '.join(registered_prefixes())}" + (f"; did you mean --env={hint[0]}?" if hint else ""))
     prefix = max(candidates, key=len)
     if prefix not in _families:
         _load_builtin(prefix)
     return _families[prefix]
+
+
+def gym_id_stem(gym_id: str) -> str:
+    """A gymnasium id without module, namespace and version, lower case, letters and digits only:
+    ``ALE/SpaceInvaders-v5`` -> ``spaceinvaders``, ``mypkg:MiniGrid-MemoryS7-v0`` -> ``minigridmemorys7``."""
+    name = gym_id.rpartition(":")[2].rpartition("/")[2]
+    name = re.sub(r"-v\d+$", "", name)
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def sfx_names_for_gym_id(gym_id: str) -> list[str]:
+    """The env names under which families serve the gymnasium id ``gym_id`` (``MiniGrid-MemoryS7-v0`` ->
+    ``["minigrid_MemoryS7"]``), as their ``gym_id_fn`` say. Built-in families are loaded for this (an
+    error path: a family whose dependencies are missing is skipped)."""
+    for prefix in BUILTIN_FAMILIES:
+        if prefix not in _families:
+            try:
+                _load_builtin(prefix)
+            except Exception as e:  # noqa: BLE001 - an unavailable family serves nothing
+                log.debug("env family %s not loaded while looking up gymnasium id %r: %s", prefix, gym_id, e)
+    names = []
+    for family in list(_families.values()):
+        if family.gym_id_fn is not None:
+            name = family.gym_id_fn(gym_id)
+            if name:
+                names.append(name)
+    return names
 
 
 def _load_builtin(prefix: str) -> None:

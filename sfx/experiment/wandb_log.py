@@ -6,6 +6,9 @@ The run lives beside the rest of the experiment::
         wandb_run_id.txt         the W&B run id: a resumed run (a requeued Slurm job) continues that run
         wandb/                   W&B's own files (offline-run-*/ or run-*/, debug logs)
 
+unless ``WANDB_DIR`` is set (cluster users point it at scratch space): W&B's own files then go to
+``$WANDB_DIR/wandb/``, as W&B itself would put them; the run id file stays in the experiment folder.
+
 Keys are ``p{N}/<TensorBoard name>`` (``p0/reward``, ``p1/loss/value``): TensorBoard keeps each policy
 in its own folder (``.summary/{N}/``), a W&B run has one namespace. Each policy's x-axis is its own
 ``p{N}/env_steps`` (``define_metric``), not W&B's internal ``_step``: policies count env steps apart,
@@ -28,6 +31,7 @@ import importlib.util
 import io
 import logging
 import math
+import os
 import re
 import secrets
 import string
@@ -46,6 +50,12 @@ RUN_ID_FILE = "wandb_run_id.txt"
 MAX_TAG_CHARS = 64
 RUN_ID_CHARS = 8
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+
+
+def wandb_files_root(cfg: Any) -> Path:
+    """The folder W&B writes its ``wandb/`` folder into: ``$WANDB_DIR`` when set, else the experiment folder."""
+    env_dir = os.environ.get("WANDB_DIR")
+    return Path(env_dir).expanduser() if env_dir else experiment_dir(cfg)
 
 
 def wandb_run_id_path(cfg: Any) -> Path:
@@ -172,7 +182,7 @@ class WandbLogger:
             run = wandb.init(
                 project=cfg.wandb_project, entity=cfg.wandb_user, group=cfg.wandb_group,
                 tags=parse_wandb_tags(cfg.wandb_tags) or None, name=cfg.experiment, id=run_id, resume="allow",
-                dir=str(experiment_dir(cfg)), mode=cfg.wandb_mode,
+                dir=str(wandb_files_root(cfg)), mode=cfg.wandb_mode,
                 # sf_log.txt holds every process's log; W&B's console capture would see the coordinator's only
                 # and wrap its stdout. create_new: never hand back (or end) another run active in this process
                 settings=wandb.Settings(console="off", reinit="create_new"))
@@ -196,7 +206,7 @@ class WandbLogger:
             return None
         log.info("W&B run %s (project %s%s, mode %s) in %s", run_id, cfg.wandb_project,
                  f", group {cfg.wandb_group}" if cfg.wandb_group else "", run.settings.mode,
-                 experiment_dir(cfg) / "wandb")
+                 wandb_files_root(cfg) / "wandb")
         return logger
 
     def log(self, policy: int, scalars: Mapping[str, Any], env_steps: int) -> None:

@@ -1,11 +1,14 @@
 """gym_ family through the single-agent adapter: auto-reset, final_obs, episode stats, truncation, seeding."""
 
+import re
+
 import gymnasium
 import numpy as np
 import pytest
 
 from sfx.cfg import ConfigError, default_cfg
 from sfx.envs import SingleAgentEnvAdapter, make_env
+from sfx.envs.gym import check_gym_id
 
 
 def run_until_done(env, actions=lambda t: t % 2, limit=10_000):
@@ -95,6 +98,45 @@ def test_render_rgb_array():
 def test_unknown_gym_id():
     with pytest.raises(ConfigError, match=r"gymnasium has no env 'Cartpole-v1'; did you mean: CartPole-v1"):
         default_cfg("gym_Cartpole-v1")
+
+
+@pytest.mark.parametrize("env_id,sfx_name", [
+    ("MiniGrid-MemoryS7-v0", "minigrid_MemoryS7"),          # ids minigrid registers only when imported
+    ("BabyAI-GoToLocal-v0", "minigrid_BabyAI-GoToLocal"),
+    ("ALE/SpaceInvaders-v5", "atari_space_invaders"),       # ale-py's ids, also without it imported
+    ("BreakoutNoFrameskip-v4", "atari_breakout"),
+    ("VizdoomDefendCenter-v1", "doom_defend_the_center"),   # ViZDoom's spelling differs from sfx's
+    ("VizdoomHealthGathering-v1", "doom_health_gathering"),
+])
+def test_a_gym_id_an_sfx_family_serves_names_the_sfx_spelling(env_id, sfx_name):
+    # gymnasium has no such env of its own; whether the package that registers it was imported in this
+    # process (by another test, or by the lookup itself) changes only the first words
+    with pytest.raises(ConfigError, match=rf"'{re.escape(env_id)}'.*; did you mean --env={sfx_name}\?"):
+        check_gym_id(env_id)
+    # the bare gymnasium id (no family prefix) gets the same line
+    with pytest.raises(ConfigError, match=rf"--env={re.escape(env_id)} matches no env family; .*did you mean --env={sfx_name}\?"):
+        default_cfg(env_id)
+
+
+def test_a_registered_gym_id_that_gymnasium_cannot_make_is_a_config_error():
+    """gymnasium keeps the mujoco-py versions in its registry but raises ImportError on make."""
+    with pytest.raises(ConfigError, match=r"--env=gym_HalfCheetah-v3: gymnasium cannot make 'HalfCheetah-v3': .*"
+                                          r"did you mean --env=mujoco_halfcheetah\?"):
+        make_env(default_cfg("gym_HalfCheetah-v3"))
+
+
+def test_the_raw_env_of_a_served_id_stays_reachable_with_the_module_form():
+    import minigrid  # noqa: F401  (registers the MiniGrid ids in this process)
+
+    with pytest.raises(ConfigError, match=r"'MiniGrid-Empty-5x5-v0' is not one of gymnasium's own envs \(minigrid "
+                                          r"registers it when imported\); did you mean --env=minigrid_Empty-5x5\?"):
+        check_gym_id("MiniGrid-Empty-5x5-v0")
+    check_gym_id("minigrid:MiniGrid-Empty-5x5-v0")  # the user asked for the raw env: no error
+
+
+def test_a_bare_gymnasium_id_suggests_the_gym_family():
+    with pytest.raises(ConfigError, match=r"did you mean --env=gym_CartPole-v1\?"):
+        default_cfg("CartPole-v1")
 
 
 def test_module_prefixed_id_that_cannot_be_imported():

@@ -191,6 +191,25 @@ def test_the_run_is_started_with_the_stored_id_and_resume_allow(tmp_path, monkey
     assert [r.name.split("-")[-1] for r in offline_runs(cfg)] == ["abc123"]
 
 
+def test_wandb_dir_set_by_the_user_takes_w_and_bs_files(tmp_path, monkeypatch):
+    """Cluster users point WANDB_DIR at scratch space: W&B's files go there, the run id stays with the
+    experiment (a resume finds it), and a resume with WANDB_DIR still set continues the same run there."""
+    scratch = tmp_path / "scratch"
+    monkeypatch.setenv("WANDB_DIR", str(scratch))
+    cfg = make_cfg(tmp_path, wandb_mode="offline")
+    for reward in (1.0, 2.0):  # a run and its resume
+        logger = WandbLogger.start(cfg)
+        logger.log(0, {"reward": reward}, 1024)
+        logger.finish()
+    run_id = wandb_run_id_path(cfg).read_text().strip()
+    runs = sorted((scratch / "wandb").glob("offline-run-*"))
+    # (W&B adds -1 to the second folder's name when both started within the same second)
+    assert len(runs) == 2 and all(f"-{run_id}" in r.name for r in runs)
+    assert [history(finished_records(r / f"run-{run_id}.wandb")) for r in runs] == [
+        [{"p0/reward": 1.0, "p0/env_steps": 1024}], [{"p0/reward": 2.0, "p0/env_steps": 1024}]]
+    assert not (Path(cfg.train_dir) / "exp" / "wandb").exists()
+
+
 def test_without_with_wandb_nothing_starts_and_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.setattr(wandb, "init", lambda **kw: pytest.fail("wandb.init called"))
     cfg = make_cfg(tmp_path, with_wandb=False)

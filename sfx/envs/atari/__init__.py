@@ -31,7 +31,7 @@ from sfx.errors import ConfigError
 from sfx.envs.atari.games import ATARI_57, PREFIX, all_rom_ids, check_game, game_name
 from sfx.envs.atari.wrappers import (EpisodicLifeEnv, FireReset, FrameStack, MaxPoolFrameSkip, NoopReset,
                                      ResizeFrame, action_index)
-from sfx.envs.registry import env_seed, register_env_family
+from sfx.envs.registry import env_seed, gym_id_stem, register_env_family
 
 __all__ = ["ATARI_57", "DEFAULT_OVERRIDES", "EpisodicLifeEnv", "FireReset", "FrameStack", "MaxPoolFrameSkip",
            "NoopReset", "ResizeFrame", "add_atari_params", "all_rom_ids", "check_game", "game_name",
@@ -120,7 +120,16 @@ def make_atari_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
     return EpisodicLifeEnv(env, seed=env_seed(cfg, env_config), episodic_life=episodic_life)
 
 
+def served_gym_id(gym_id: str) -> str | None:
+    """``ALE/SpaceInvaders-v5``, ``SpaceInvadersNoFrameskip-v4``, ``SpaceInvaders-v5`` -> ``atari_space_invaders``;
+    None for an id that names no ALE game."""
+    stem = gym_id_stem(gym_id).removesuffix("noframeskip").removesuffix("deterministic")
+    games = {rom.replace("_", ""): rom for rom in all_rom_ids()}
+    return PREFIX + games[stem] if stem in games else None
+
+
 def register_family() -> None:
     """Register the ``atari_`` family (called by the env registry on first use of an ``atari_`` name)."""
     register_env_family(PREFIX, make_atari_env, add_params_fn=add_atari_params,
-                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_atari_cfg)
+                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_atari_cfg,
+                        gym_id_fn=served_gym_id)

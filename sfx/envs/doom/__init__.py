@@ -51,7 +51,7 @@ from sfx.envs.doom.actions import ACTION_SPACE_KINDS
 from sfx.envs.doom.reward_shaping import COMPONENTS, parse_reward_shaping
 from sfx.envs.doom.scenarios import (MULTIPLAYER_SCENARIOS, PREFIX, SCENARIOS, DoomScenario, multiplayer_scenario_of,
                                      scenario_of)
-from sfx.envs.registry import env_seed, register_env, register_env_family
+from sfx.envs.registry import env_seed, gym_id_stem, register_env, register_env_family
 
 # Every doom_ env: Sample Factory's VizDoom settings (its doom_override_defaults, the values its paper's
 # VizDoom experiments used: value clip 0.2, a symmetric-KL exploration penalty of 0.001, frameskip 4)
@@ -185,7 +185,24 @@ def _make_registered_scenario_env(scenario: DoomScenario, full_env_name: str, cf
     return make_scenario_env(scenario, full_env_name, cfg, env_config, render_mode)
 
 
+# ViZDoom's own gymnasium ids (``VizdoomDefendCenter-v1``) -> sfx's scenario names, where they are spelled
+# differently; the others match once squashed (``VizdoomBasic`` -> ``basic``)
+VIZDOOM_GYM_NAMES = {"defendcenter": "defend_the_center", "defendline": "defend_the_line"}
+
+
+def served_gym_id(gym_id: str) -> str | None:
+    """``VizdoomHealthGathering-v1`` -> ``doom_health_gathering``; None for an id this family does not serve."""
+    stem = gym_id_stem(gym_id)
+    if not stem.startswith("vizdoom"):
+        return None
+    stem = stem.removeprefix("vizdoom")
+    names = {n.replace("_", ""): n for n in (*SCENARIOS, *MULTIPLAYER_SCENARIOS)}
+    name = VIZDOOM_GYM_NAMES.get(stem) or names.get(stem)
+    return PREFIX + name if name else None
+
+
 def register_family() -> None:
     """Register the ``doom_`` family (called by the registry on the first ``doom_`` env name)."""
     register_env_family(PREFIX, make_doom_env, add_params_fn=add_doom_params,
-                        default_overrides=doom_default_overrides, validate_fn=validate_doom_cfg)
+                        default_overrides=doom_default_overrides, validate_fn=validate_doom_cfg,
+                        gym_id_fn=served_gym_id)

@@ -15,7 +15,7 @@ import gymnasium
 
 from sfx.errors import ConfigError
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
-from sfx.envs.registry import env_seed, register_env_family
+from sfx.envs.registry import env_seed, register_env_family, sfx_names_for_gym_id
 from sfx.envs.wrappers import FrameSkip
 
 PREFIX = "gym_"
@@ -32,8 +32,29 @@ def gym_id(full_env_name: str) -> str:
     return full_env_name[len(PREFIX):]
 
 
+def served_hint(name: str) -> str:
+    """``"; did you mean --env=minigrid_MemoryS7? ..."`` where an sfx family serves the gymnasium id ``name``
+    under its own name, else ``""``."""
+    served = sfx_names_for_gym_id(name)
+    if not served:
+        return ""
+    return f"; did you mean --env={served[0]}? (sfx's {served[0].split('_')[0]}_ family serves this env, with its own defaults)"
+
+
+def _registering_package(spec: Any) -> str:
+    """The top-level package of a registered id's entry point (``gymnasium``, ``minigrid``, ``ale_py`` ...)."""
+    entry = spec.entry_point
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
+    return module.split(":")[0].split(".")[0]
+
+
 def check_gym_id(env_id: str) -> None:
-    """:class:`ConfigError` unless gymnasium knows ``env_id`` (close matches suggested)."""
+    """:class:`ConfigError` unless gymnasium knows ``env_id`` (close matches suggested).
+
+    An id that another package registers only when imported (MiniGrid's, ale-py's, ViZDoom's) and that
+    an sfx family serves is refused with that family's name, whether or not something in this process
+    happened to import the package: what ``gym_MiniGrid-MemoryS7-v0`` does must not depend on import
+    order. ``gym_minigrid:MiniGrid-MemoryS7-v0`` (gymnasium's ``module:id`` form) still makes the raw env."""
     module, _, name = env_id.rpartition(":")
     if module:
         try:
@@ -41,8 +62,18 @@ def check_gym_id(env_id: str) -> None:
         except ImportError as e:
             raise ConfigError(f"--env={PREFIX}{env_id}: cannot import module {module!r} that should register "
                               f"{name!r}: {e}") from None
-    if name in gymnasium.registry:
+    spec = gymnasium.registry.get(name)
+    if spec is not None and (module or _registering_package(spec) == "gymnasium"):
         return
+    hint = served_hint(name)
+    if spec is not None:
+        if not hint:
+            return  # registered by the user's own import
+        package = _registering_package(spec)
+        raise ConfigError(f"--env={PREFIX}{env_id}: {name!r} is not one of gymnasium's own envs ({package} registers "
+                          f"it when imported){hint}; --env={PREFIX}{package}:{name} makes the raw env")
+    if hint:
+        raise ConfigError(f"--env={PREFIX}{env_id}: gymnasium has no env {name!r}{hint}")
     close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.6)
     hint = f"; did you mean: {', '.join(close)}?" if close else "; gymnasium.pprint_registry() lists the known ids"
     raise ConfigError(f"--env={PREFIX}{env_id}: gymnasium has no env {name!r}{hint}")
@@ -66,7 +97,12 @@ def make_gym_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
     """Make the gymnasium env, with frame skip when ``cfg.env_frameskip > 1``, seen as one agent."""
     env_id = gym_id(full_env_name)
     check_gym_id(env_id)
-    return make_gymnasium_as_agent(env_id, cfg, env_config, render_mode, cfg.gym_max_episode_steps)
+    try:
+        return make_gymnasium_as_agent(env_id, cfg, env_config, render_mode, cfg.gym_max_episode_steps)
+    except (ImportError, gymnasium.error.Error) as e:
+        # registered but not makeable here: a deprecated version, a package gymnasium points to elsewhere
+        name = env_id.rpartition(":")[2]
+        raise ConfigError(f"--env={full_env_name}: gymnasium cannot make {name!r}: {e}{served_hint(name)}") from None
 
 
 def make_gymnasium_as_agent(env_id: str, cfg: Any, env_config: dict | None, render_mode: str | None,

@@ -48,7 +48,7 @@ from minigrid.core.constants import COLOR_TO_IDX, DIR_TO_VEC, OBJECT_TO_IDX, STA
 
 from sfx.errors import ConfigError
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
-from sfx.envs.registry import env_seed, register_env_family
+from sfx.envs.registry import env_seed, gym_id_stem, register_env_family
 from sfx.envs.wrappers import FrameSkip
 
 PREFIX = "minigrid_"
@@ -209,7 +209,17 @@ def make_minigrid_env(full_env_name: str, cfg: Any, env_config: dict | None = No
     return SingleAgentEnvAdapter(env, seed=env_seed(cfg, env_config))
 
 
+def served_gym_id(gym_id: str) -> str | None:
+    """``MiniGrid-MemoryS7-v0`` (any version) -> ``minigrid_MemoryS7``; None for an id minigrid does not have."""
+    stem = gym_id_stem(gym_id)
+    for env_id in minigrid_env_ids():
+        if gym_id_stem(env_id) == stem:
+            return PREFIX + short_name(env_id)
+    return None
+
+
 def register_family() -> None:
     """Register the ``minigrid_`` family (called by the registry on first use of a ``minigrid_`` name)."""
     register_env_family(PREFIX, make_minigrid_env, add_params_fn=add_minigrid_params,
-                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_minigrid_cfg)
+                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_minigrid_cfg,
+                        gym_id_fn=served_gym_id)

@@ -18,7 +18,7 @@ import numpy as np
 from sfx.errors import ConfigError
 from sfx.envs.gym import make_gymnasium_as_agent
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
-from sfx.envs.registry import register_env_family
+from sfx.envs.registry import gym_id_stem, register_env_family
 
 PREFIX = "mujoco_"
 
@@ -117,7 +117,14 @@ def make_mujoco_env(full_env_name: str, cfg: Any, env_config: dict | None = None
                                    cfg.mujoco_max_episode_steps, wrap=Float32Observation)
 
 
+def served_gym_id(gym_id: str) -> str | None:
+    """``HalfCheetah-v4`` (any version) -> ``mujoco_halfcheetah``; None for an id this family does not serve."""
+    stem = gym_id_stem(gym_id)
+    return PREFIX + stem if stem in MUJOCO_ENVS else None
+
+
 def register_family() -> None:
     """Register the ``mujoco_`` family (called by the registry on first use of a ``mujoco_`` name)."""
     register_env_family(PREFIX, make_mujoco_env, add_params_fn=add_mujoco_params,
-                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_mujoco_cfg)
+                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_mujoco_cfg,
+                        gym_id_fn=served_gym_id)
