@@ -24,10 +24,22 @@ TINY_TRAIN = ("python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_e
 
 # a stand-in experiment: records its argv, environment and start/end times next to its folder
 RECORDER = textwrap.dedent("""
-    import json, os, sys, time
+    import glob, json, os, sys, time
     args = dict(a.split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
     start = time.time()
-    time.sleep(float(os.environ.get("SLEEP_SEC", "0")))
+    peers = int(os.environ.get("PEERS", "0"))
+    if peers:
+        # stay until PEERS experiments of this run are running at once (or SLEEP_SEC passed): the overlap
+        # the runner allows shows however slowly a loaded machine starts processes
+        running = os.path.join(args["--train_dir"], args["--experiment"] + ".running")
+        open(running, "w").close()
+        deadline = start + float(os.environ.get("SLEEP_SEC", "0"))
+        while time.time() < deadline and len(glob.glob(os.path.join(args["--train_dir"], "*.running"))) < peers:
+            time.sleep(0.02)
+        time.sleep(0.2)  # the others see the last arrival too before anyone leaves
+        os.remove(running)
+    else:
+        time.sleep(float(os.environ.get("SLEEP_SEC", "0")))
     out = os.path.join(args["--train_dir"], args["--experiment"] + ".rec.json")
     with open(out, "w") as f:
         json.dump({"argv": sys.argv[1:], "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -158,10 +170,11 @@ def _max_overlap(records):
 
 
 def test_gpus_are_assigned_round_robin_with_experiments_per_gpu(tmp_path):
-    run_file, env = _gpu_run(tmp_path, 4, sleep_sec=1.0)
+    # each experiment waits (up to 30 s) for as many others to run beside it as the runner should allow
+    run_file, env = _gpu_run(tmp_path, 4, sleep_sec=30.0)
     specs = specs_of(run_file, tmp_path)
     proc = runner([f"--run={run_file}", "--max_parallel=4", "--pause_between=0", "--experiments_per_gpu=1"],
-                  tmp_path, env=env)
+                  tmp_path, env={**env, "PEERS": "2"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "at most 2 at once (--max_parallel=4 capped by 2 GPUs x 1)" in proc.stdout
     records = _records(specs)
@@ -174,7 +187,7 @@ def test_gpus_are_assigned_round_robin_with_experiments_per_gpu(tmp_path):
     for spec in specs:
         (spec.train_dir / f"{spec.name}.rec.json").unlink()
     proc = runner([f"--run={run_file}", "--max_parallel=8", "--pause_between=0", "--experiments_per_gpu=2"],
-                  tmp_path, env=env)
+                  tmp_path, env={**env, "PEERS": "4"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = _records(specs)
     assert sorted(r["cuda"] for r in records) == ["0", "0", "1", "1"]
