@@ -6,10 +6,12 @@ weights by a few versions, with V-trace targets (Espeholt et al. 2018, "IMPALA",
 correct for the lag, or GAE (Schulman et al. 2016) without. For a minibatch of ``B`` trajectories
 of ``T`` steps (batch-major ``[B, T]``, as the learner stores them):
 
+    g_t        = gamma at the agent's active steps, 1 at its inactive ones (waiting is not a time step)
     r_t        = clip(reward_scale * reward_t, -reward_clip, reward_clip)
-                 + gamma * truncated_t * V(final obs of t)      (a time limit is not the task's end)
-    discount_t = gamma * (1 - done_t)                            (done = terminated or truncated)
-    returns, A = vtrace(log pi - log mu, discount, r, V, V(x_T))  or  gae(r, V, V(x_T), discount, lambda)
+                 + g_t * truncated_t * V(final obs of t)        (a time limit is not the task's end)
+    discount_t = g_t * (1 - done_t)                              (done = terminated or truncated)
+    returns, A = vtrace(log pi - log mu, discount, r, V, V(x_T), active)
+                 or  gae(r, V, V(x_T), discount, lambda, active)   (inactive steps transparent)
     A          = (A - mean_valid(A)) / (std_valid(A) + 1e-8)
 
     policy      = -mean_valid(min(rho A, clip(rho, 1 - eps, 1 + eps) A)),  rho = pi(a|x) / mu(a|x)
@@ -129,30 +131,37 @@ class LossTerms(NamedTuple):
     target_mean: torch.Tensor
 
 
-def normalize_advantages(advantages: torch.Tensor, valids: torch.Tensor, reduce: Reduce | None = None) -> torch.Tensor:
+def normalize_advantages(advantages: torch.Tensor, valids: torch.Tensor, reduce: Reduce | None = None,
+                         std: torch.Tensor | float | None = None) -> torch.Tensor:
     """``(A - mean) / (std + 1e-8)`` with mean and (unbiased) std over the valid entries only;
     unchanged when fewer than two entries are valid. Any shape, ``valids`` bool of the same shape.
 
     ``reduce`` (data-parallel ranks): sums a tensor over every rank's minibatch; the mean and std are
-    then those of all ranks' valid entries together (from float64 count, sum and sum of squares)."""
+    then those of all ranks' valid entries together (from float64 count, sum and sum of squares).
+    ``std``: divide by this scale instead of the minibatch's own std (the mean is still the minibatch's),
+    e.g. a running std of the advantages over all minibatches so far (``--advantage_normalization``)."""
     adv_valid = advantages[valids]
     if reduce is None:
         if adv_valid.numel() > 1:
-            return (advantages - adv_valid.mean()) / (adv_valid.std() + 1e-8)
+            scale = adv_valid.std() if std is None else torch.as_tensor(std, dtype=advantages.dtype)
+            return (advantages - adv_valid.mean()) / (scale + 1e-8)
         return advantages
     a = adv_valid.to(torch.float64)
     n, total, squares = reduce(torch.stack([a.new_tensor(float(a.numel())), a.sum(), (a * a).sum()])).unbind()
     if n <= 1:
         return advantages
     mean = total / n
-    std = ((squares - n * mean * mean).clamp(min=0.0) / (n - 1)).sqrt()
+    if std is None:
+        std = ((squares - n * mean * mean).clamp(min=0.0) / (n - 1)).sqrt()
+    std = torch.as_tensor(std, dtype=torch.float64)
     return (advantages - mean.to(advantages.dtype)) / (std.to(advantages.dtype) + 1e-8)
 
 
 def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
                  truncation_values: torch.Tensor, values: torch.Tensor, bootstrap_values: torch.Tensor,
                  log_rhos: torch.Tensor | None, valids: torch.Tensor, params: APPOParams,
-                 reduce: Reduce | None = None, advantage_scale: torch.Tensor | None = None) -> Targets:
+                 reduce: Reduce | None = None, advantage_scale: torch.Tensor | None = None,
+                 active: torch.Tensor | None = None, normalize: bool = True) -> Targets:
     """Value targets and normalized advantages of a minibatch (module docstring, first block).
 
     Args:
@@ -168,30 +177,45 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
         reduce: with data-parallel ranks, a sum over ranks (advantages are normalized over all of them).
         advantage_scale: ``[B, T]`` or ``[B]`` factors applied to the advantages before they are normalized
             (PopArt: ``1 / sigma`` of each sample's task, so every task's policy gradient has the same scale).
+        active: ``[B, T]`` bool, False at the agent's inactive steps (waiting for its turn, sitting out):
+            transparent in the recursions (``sfx.algo.targets``): they do not discount, their rewards reach
+            the active step before them, their values and ratios reach no active step's target (their own
+            targets are the carried ones, their advantages 0). ``None``: every step is active. Unlike
+            ``valids`` it does not depend on the policy lag: a lagging active step is still a step of the agent.
+        normalize: False returns the advantages as they are (after ``advantage_scale``), for a caller that
+            normalizes them with statistics of its own (:func:`normalize_advantages` with ``std``).
 
     Returns:
-        ``Targets(returns, advantages)``, both ``[B, T]``, no gradient; ``advantages`` normalized.
+        ``Targets(returns, advantages)``, both ``[B, T]``, no gradient; ``advantages`` normalized (with ``normalize``).
     """
     p = params
     with torch.no_grad():
         r = (rewards * p.reward_scale).clamp(-p.reward_clip, p.reward_clip)
-        r = r + p.gamma * truncated.to(r.dtype) * truncation_values
-        discounts = p.gamma * (1.0 - (terminated | truncated).to(r.dtype))
+        if active is None:
+            gamma: float | torch.Tensor = p.gamma
+        else:
+            active = active.to(device=r.device, dtype=torch.bool)
+            gamma = torch.where(active, torch.full_like(r, p.gamma), torch.ones_like(r))
+        r = r + gamma * truncated.to(r.dtype) * truncation_values
+        discounts = gamma * (1.0 - (terminated | truncated).to(r.dtype))
         def tm(x: torch.Tensor) -> torch.Tensor:  # the recursions run over time-major [T, B]
             return x.transpose(0, 1)
 
+        active_tm = None if active is None else tm(active)
         if p.with_vtrace:
             if log_rhos is None:
                 raise ValueError("appo_targets: log_rhos is None; V-trace (with_vtrace=True) needs the log ratios")
             out = vtrace(tm(log_rhos), tm(discounts), tm(r), tm(values), bootstrap_values,
                          clip_rho_threshold=p.vtrace_rho, clip_pg_rho_threshold=p.vtrace_rho, lambda_=1.0,
-                         clip_c_threshold=p.vtrace_c)
+                         clip_c_threshold=p.vtrace_c, active=active_tm)
         else:
-            out = gae(tm(r), tm(values), bootstrap_values, tm(discounts), p.gae_lambda)
+            out = gae(tm(r), tm(values), bootstrap_values, tm(discounts), p.gae_lambda, active=active_tm)
         advantages = tm(out.advantages)
         if advantage_scale is not None:
             scale = advantage_scale.to(advantages.dtype)
             advantages = advantages * (scale if scale.dim() == 2 else scale.unsqueeze(1))
+        if not normalize:
+            return Targets(returns=tm(out.returns), advantages=advantages)
         return Targets(returns=tm(out.returns), advantages=normalize_advantages(advantages, valids, reduce))
 
 

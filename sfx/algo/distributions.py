@@ -39,6 +39,7 @@ __all__ = [
     "action_to_env",
     "LOG_STD_MIN",
     "LOG_STD_MAX",
+    "MASKED_LOGIT",
 ]
 
 # exp(-5) ~ 0.007 keeps log-probs finite when the policy collapses, exp(2) ~ 7.4 is far wider than
@@ -47,6 +48,11 @@ LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+# The logit of a masked (not allowed) choice, as the model writes it for an ``action_mask``: exp() underflows to
+# exactly 0 and 0 * log p stays 0 (-inf would make the entropy NaN). A categorical distribution treats every
+# choice whose logit is at or below half of it as masked; no trained policy comes near such a logit.
+MASKED_LOGIT = -1e9
 
 _SUPPORTED = "Discrete, Tuple of Discrete, MultiDiscrete (1-D) or Box"
 
@@ -130,10 +136,16 @@ class ActionDistribution(ABC):
 
 
 class Categorical(ActionDistribution):
-    """One categorical choice per row; ``params [B, n]`` are unnormalised logits."""
+    """One categorical choice per row; ``params [B, n]`` are unnormalised logits.
+
+    Masked choices (logit ``<= MASKED_LOGIT / 2``, or ``-inf``) have probability 0: they add 0 to the entropy
+    and the KL, and the uniform prior of ``symmetric_kl_with_uniform`` is over the allowed choices only. A row
+    with no allowed choice counts all of its choices as allowed (as the model's masking does)."""
 
     def __init__(self, logits: torch.Tensor) -> None:
         self.log_probs = F.log_softmax(logits, dim=-1)
+        allowed = logits > MASKED_LOGIT / 2
+        self.allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
 
     @property
     def probs(self) -> torch.Tensor:
@@ -149,21 +161,31 @@ class Categorical(ActionDistribution):
         index = actions.reshape(self.log_probs.shape[0], 1).long()
         return self.log_probs.gather(-1, index).squeeze(-1)
 
+    def _counts(self) -> torch.Tensor:
+        """``[B, n]`` bool: the choices that count (allowed, and of non-zero probability)."""
+        return self.allowed & ~self.log_probs.isneginf()
+
     def entropy(self) -> torch.Tensor:
-        # p * log p with p = 0 is 0; -inf logits would otherwise give 0 * -inf = NaN
-        plogp = self.probs * self.log_probs
-        return -torch.where(self.log_probs.isneginf(), torch.zeros_like(plogp), plogp).sum(-1)
+        # p * log p with p = 0 is 0; masked and -inf logits would otherwise give 0 * -1e9 (a zero gradient only
+        # by luck of underflow) or 0 * -inf = NaN
+        counts = self._counts()
+        plogp = self.probs * torch.where(counts, self.log_probs, torch.zeros_like(self.log_probs))
+        return -torch.where(counts, plogp, torch.zeros_like(plogp)).sum(-1)
 
     def kl_divergence(self, other: ActionDistribution) -> torch.Tensor:
         if not isinstance(other, Categorical):
             raise TypeError(f"KL between Categorical and {type(other).__name__} is not defined")
         diff = self.probs * (self.log_probs - other.log_probs)
-        return torch.where(self.log_probs.isneginf(), torch.zeros_like(diff), diff).sum(-1)
+        return torch.where(self._counts(), diff, torch.zeros_like(diff)).sum(-1)
 
     def symmetric_kl_with_uniform(self) -> torch.Tensor:
-        # KL(pi || u) = log n - H(pi);  KL(u || pi) = -log n - mean_a log pi(a)
-        # so their mean is 0.5 * (-H(pi) - mean_a log pi(a)); the log n terms cancel
-        return 0.5 * (-self.entropy() - self.log_probs.mean(-1))
+        # u is uniform over the m allowed choices A (pi is 0 outside A):
+        # KL(pi || u) = log m - H(pi);  KL(u || pi) = -log m - (1/m) sum_{a in A} log pi(a)
+        # so their mean is 0.5 * (-H(pi) - mean_{a in A} log pi(a)); the log m terms cancel
+        allowed = self.allowed
+        m = allowed.sum(-1).to(self.log_probs.dtype)
+        mean_log_pi = torch.where(allowed, self.log_probs, torch.zeros_like(self.log_probs)).sum(-1) / m
+        return 0.5 * (-self.entropy() - mean_log_pi)
 
 
 class TupleCategorical(ActionDistribution):

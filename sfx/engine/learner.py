@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from sfx.algo.appo import LOSS_TERMS, APPOParams, appo_loss_terms, appo_targets
+from sfx.algo.appo import LOSS_TERMS, APPOParams, appo_loss_terms, appo_targets, normalize_advantages
 from sfx.algo.distributions import make_action_distribution
+from sfx.algo.normalizers import RunningMeanStd
 from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer, tree_map
 from sfx.engine.component import Component
 from sfx.engine.protocol import (CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, PBT_APPLIED, PBT_SNAPSHOT, PBT_UPDATE,
@@ -74,15 +75,32 @@ def make_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
                             eps=cfg.adam_eps)
 
 
+def popart_summary(popart: Any, returns: torch.Tensor, tasks: torch.Tensor, valids: torch.Tensor) -> dict[str, float]:
+    """``popart/mu_<k>``, ``popart/sigma_<k>`` (every task's statistics after the update) and
+    ``popart/target_std_<k>`` (the spread of task ``k``'s valid value targets in this minibatch, what
+    ``sigma_k`` should track; only for the tasks with two valid targets or more in it)."""
+    out: dict[str, float] = {}
+    ids = tasks.reshape(-1, 1).expand_as(returns)
+    for k in range(popart.num_tasks):
+        out[f"popart/mu_{k}"] = float(popart.mu[k])
+        out[f"popart/sigma_{k}"] = float(popart.sigma_[k])
+        own = returns[(ids == k) & valids]
+        if own.numel() > 1:
+            out[f"popart/target_std_{k}"] = float(own.double().std())
+    return out
+
+
 def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: dict[str, Any],
-                  valids: torch.Tensor, cfg: Any, group: Any = None) -> dict[str, float]:
+                  valids: torch.Tensor, cfg: Any, group: Any = None,
+                  advantage_stats: RunningMeanStd | None = None) -> dict[str, float]:
     """One APPO minibatch step on ``model`` (an ``ActorCritic``): forward, targets, loss, backward,
     gradient clipping and ``optimizer.step()``. Needs no process or queue.
 
     Args:
         mb: a minibatch shaped like ``TrajectoryBuffers.tensors()`` with ``B`` trajectories:
             ``obs {key: [B, T+1, ...]}``, ``rnn_states [B, T+1, S]``, ``actions``, ``log_probs``,
-            ``action_params``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``trunc_values``.
+            ``action_params``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``trunc_values``,
+            ``active`` (``[B, T]`` bool: the agent's own steps; the others are transparent in the targets).
         valids: ``[B, T]`` bool, the samples that count.
         cfg: read for ``APPOParams`` and ``use_rnn``, ``recurrence``, ``normalize_returns``, ``max_grad_norm``.
         group: a :class:`~sfx.engine.data_parallel.GradientGroup` when this policy's learners run on several
@@ -90,6 +108,9 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
             statistics over all of them, each rank's loss weighted by its share of the valid samples,
             gradients summed), and a non-finite minibatch on any rank is skipped on all. With
             ``--exploration_loss=symmetric_kl`` its cap of 30 applies to each rank's mean.
+        advantage_stats: with ``--advantage_normalization=running``, the running statistics of the advantages
+            (the learner keeps them): this minibatch's valid advantages are folded in, and the advantages are
+            divided by their (unbiased) std instead of the minibatch's own. None: the minibatch's own std.
 
     Returns:
         The step's statistics: ``loss/total``, ``loss/<term>`` (auxiliary terms too: ``loss/aux_*``),
@@ -118,13 +139,26 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     reduce = group.sum if group is not None else None
     # PopArt: each task's policy gradient on the scale of its normalised targets (advantage / its sigma)
     adv_scale = popart.sigma(tasks).reciprocal() if popart is not None else None
+    # the agent's inactive steps are transparent in the targets (their values are never trained); `valids`
+    # also drops lagging samples, which are still steps of the agent
     targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
-                           out.bootstrap_values, log_rhos, valids, params, reduce, adv_scale)
+                           out.bootstrap_values, log_rhos, valids, params, reduce, adv_scale, active=mb["active"],
+                           normalize=advantage_stats is None)
     bad = not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all()))
     # with ranks every rank joins the vote, bad or not: a rank that skipped it would pair its next
     # collective with the others' vote
     if group.any(bad) if group is not None else bad:
         raise NonFiniteBatch("value targets / advantages")
+    if advantage_stats is not None:
+        # --advantage_normalization=running: the policy-gradient scale follows the advantages' spread over the
+        # whole run, not this minibatch's. Once the policy is good, advantages shrink to noise; dividing by
+        # the minibatch's own std would blow that noise up to unit scale and keep taking full-size steps on
+        # it (CartPole then unlearns keeping the cart centred, again and again: README, "The main job").
+        # Unbiased like the minibatch std, so the first minibatch is normalized exactly as before.
+        advantage_stats.update(targets.advantages[valids], reduce=reduce)
+        count = advantage_stats.count
+        std = (advantage_stats.var * count / (count - 1).clamp(min=1.0)).sqrt()
+        targets = targets._replace(advantages=normalize_advantages(targets.advantages, valids, reduce, std=std))
     with torch.no_grad():
         if cfg.normalize_returns and model.returns_normalizer is not None:
             model.returns_normalizer.update(targets.returns[valids], reduce=reduce)
@@ -167,15 +201,18 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteBatch("gradients")
     optimizer.step()
+    popart_stats = {}
     if popart is not None:
         # after the step (van Hasselt et al. 2016): the tasks' statistics move towards this minibatch's
         # targets, and the value head is rescaled so its unnormalised outputs stay what they were
         popart.update(targets.returns, tasks, valids, model.value_head, reduce=reduce)
+        popart_stats = popart_summary(popart, targets.returns, tasks, valids)
 
     names = {"exploration": f"loss/{cfg.exploration_loss}"}
     stats = {"loss/total": loss.item()}
     stats.update({names.get(name, f"loss/{name}"): getattr(terms, name).item() for name in LOSS_TERMS})
     stats.update({f"loss/{name}": term.item() for name, term in aux_terms.items()})
+    stats.update(popart_stats)
     stats.update({
         "entropy": terms.entropy.item(), "kl": terms.kl.item(), "grad_norm": grad_norm.item(),
         "ratio_mean": terms.ratio_mean.item(), "adv_std": terms.adv_std.item(),
@@ -213,6 +250,9 @@ class Learner(Component):
         self.free_slots = free_slot_queue
         self.report_queue = report_queue
         self.optimizer = make_optimizer(cfg, self.model)
+        # learning state beside the optimizer's: checkpointed, copied by PBT, broadcast to ranks
+        self.advantage_stats = (RunningMeanStd((), clip=None).to(device)
+                                if cfg.advantage_normalization == "running" else None)
         self.pending: list[int] = []
         self.nan_batches = 0  # minibatches skipped for NaN/inf, over this process's life
         self.consecutive_nan_batches = 0
@@ -236,6 +276,7 @@ class Learner(Component):
         if ckpt is not None:
             self.model.load_state_dict(ckpt["model"])
             self.optimizer.load_state_dict(ckpt["optimizer"])
+            self._load_advantage_stats(ckpt)
             self.train_step = int(ckpt["train_step"])
             self.env_steps = int(ckpt["env_steps"])
             log.info("policy %d resumed at train step %d, %d env steps",
@@ -246,6 +287,8 @@ class Learner(Component):
         if self.group is not None:
             self.group.broadcast_state(self.model)
             self.optimizer.load_state_dict(self.group.broadcast_object(self.optimizer.state_dict()))
+            if self.advantage_stats is not None:
+                self.advantage_stats.load_state_dict(self.group.broadcast_object(self.advantage_stats.state_dict()))
             self.train_step, self.env_steps = self.group.broadcast_object((self.train_step, self.env_steps))
             if not self.group.weights_match(self.model):
                 raise RuntimeError("the ranks' weights differ right after the broadcast from rank 0")
@@ -254,9 +297,18 @@ class Learner(Component):
                                {"env_steps": self.env_steps, "train_step": self.train_step}))
 
     def state(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "train_step": self.train_step, "env_steps": self.env_steps,
-                "policy_version": self.train_step, "cfg": dict(vars(self.cfg))}
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "train_step": self.train_step, "env_steps": self.env_steps,
+                 "policy_version": self.train_step, "cfg": dict(vars(self.cfg))}
+        if self.advantage_stats is not None:
+            state["advantage_stats"] = self.advantage_stats.state_dict()
+        return state
+
+    def _load_advantage_stats(self, state: dict) -> None:
+        """The running advantage statistics of a checkpoint; one written before they existed (or with
+        --advantage_normalization=minibatch) starts them afresh: they settle within a few minibatches."""
+        if self.advantage_stats is not None and "advantage_stats" in state:
+            self.advantage_stats.load_state_dict(state["advantage_stats"])
 
     def save_checkpoint(self) -> None:
         if not self.is_main:
@@ -328,6 +380,7 @@ class Learner(Component):
             state = load_checkpoint(load_path, map_location=self.device)
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+            self._load_advantage_stats(state)
             Path(load_path).unlink(missing_ok=True)
         self.apply_params(payload["params"])
         if load_path:
@@ -404,30 +457,26 @@ class Learner(Component):
 
         lag = (self.train_step - batch["policy_versions"]).float()
         valids = (lag <= cfg.max_policy_lag) & batch["active"]
-        if cfg.normalize_input and self.model.has_obs_normalizer and (self.group is not None or bool(valids.any())):
-            rows = {k: v[:, :T][valids] for k, v in batch["obs"].items()}
-            # one non-finite observation would poison the running statistics for good (with ranks: on every
-            # rank, and every rank takes part in the update or none does)
-            bad = not all(bool(torch.isfinite(v).all()) for v in rows.values() if v.is_floating_point())
-            if self.group is not None:
-                if not self.group.any(bad):
-                    self.model.update_obs_normalizer(rows, reduce=self.group.sum)
-            elif not bad:
-                self.model.update_obs_normalizer(rows)
-
         per_mb = trajectories_per_minibatch(cfg)
+        minibatches = [perm[start:start + per_mb] for perm in (torch.randperm(n, device=self.device)
+                                                               for _ in range(cfg.ppo_epochs))
+                       for start in range(0, n, per_mb)]
         stats_acc: dict[str, float] = {}
         num_steps = 0
-        for _ in range(cfg.ppo_epochs):
-            perm = torch.randperm(n, device=self.device)
-            for start in range(0, n, per_mb):
-                mb = perm[start:start + per_mb]
-                stats = self._train_minibatch(tree_map(lambda v: v[mb], batch), valids[mb])
-                if stats is None:
-                    continue  # skipped: not finite
-                for k, v in stats.items():
-                    stats_acc[k] = stats_acc.get(k, 0.0) + v
-                num_steps += 1
+        for i, mb in enumerate(minibatches):
+            stats = self._train_minibatch(tree_map(lambda v: v[mb], batch), valids[mb],
+                                          publish=i < len(minibatches) - 1)
+            if stats is None:
+                continue  # skipped: not finite
+            for k, v in stats.items():
+                stats_acc[k] = stats_acc.get(k, 0.0) + v
+            num_steps += 1
+        # The input statistics take this batch in only now, after its last optimizer step and before
+        # that step's weights are published: every sample is evaluated with the statistics it was
+        # acted with (samples of lag 0 recompute their behaviour log-probs exactly), and the policy
+        # workers get the new statistics together with the weights that are trained on them next.
+        self._update_obs_normalizer(batch["obs"], T, valids)
+        self.weights.publish(self.model, self.train_step)
         stats = {k: v / num_steps for k, v in stats_acc.items()} if num_steps else {}
         stats.update({
             "nan_batches": self.nan_batches,
@@ -455,14 +504,32 @@ class Learner(Component):
                 f"{where} (--max_nan_batches={limit}); stopping with the last good weights saved. "
                 f"Last batch: {summary}")
 
-    def _train_minibatch(self, mb: dict[str, torch.Tensor], valids: torch.Tensor) -> dict[str, float] | None:
-        """``learning_step``, then publish the new weights; ``None`` when the minibatch was skipped."""
+    def _update_obs_normalizer(self, obs: dict[str, torch.Tensor], T: int, valids: torch.Tensor) -> None:
+        """Fold the valid steps' observations (``[n, T + 1, ...]`` per key) into the input statistics."""
+        if not (self.cfg.normalize_input and self.model.has_obs_normalizer) \
+                or (self.group is None and not bool(valids.any())):
+            return
+        rows = {k: v[:, :T][valids] for k, v in obs.items()}
+        # one non-finite observation would poison the running statistics for good (with ranks: on every
+        # rank, and every rank takes part in the update or none does)
+        bad = not all(bool(torch.isfinite(v).all()) for v in rows.values() if v.is_floating_point())
+        if self.group is not None:
+            if not self.group.any(bad):
+                self.model.update_obs_normalizer(rows, reduce=self.group.sum)
+        elif not bad:
+            self.model.update_obs_normalizer(rows)
+
+    def _train_minibatch(self, mb: dict[str, torch.Tensor], valids: torch.Tensor,
+                         publish: bool = True) -> dict[str, float] | None:
+        """``learning_step``, then (with ``publish``) publish the new weights; ``None`` when the
+        minibatch was skipped."""
         try:
-            stats = learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group)
+            stats = learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats)
         except NonFiniteBatch as e:
             self._skip_not_finite(mb, e.where)
             return None
         self.consecutive_nan_batches = 0
         self.train_step += 1
-        self.weights.publish(self.model, self.train_step)
+        if publish:
+            self.weights.publish(self.model, self.train_step)
         return stats

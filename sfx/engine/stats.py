@@ -180,6 +180,29 @@ def reward_target_reached(policy_stats: list[PolicyStats], target: float | None,
     return None
 
 
+STATUS_MAX_TASKS = 6  # tasks whose rewards the status line lists one by one
+
+
+def reward_text(stats: PolicyStats) -> str:
+    """A policy's progress for the status line: ``reward <mean>``; with several tasks each task's own mean
+    reward instead (an average over tasks of other reward scales follows the largest scale only), the first
+    ``STATUS_MAX_TASKS`` of them, after the suite's human-normalised scores where the tasks have them."""
+    tasks = stats.task_means("reward")
+    if not stats.task_names:
+        return f"reward {stats.mean('reward'):.2f}"
+    if not tasks:
+        return f"reward ({len(stats.task_names)} tasks, no episode yet)"
+    parts = []
+    suite = stats.suite_scores()
+    if suite:
+        parts.append(f"hns mean {suite['hns_mean']:.3f} median {suite['hns_median']:.3f}")
+    shown = list(tasks.items())[:STATUS_MAX_TASKS]
+    listed = ", ".join(f"{name} {value:,.2f}" for name, value in shown)
+    more = len(stats.task_names) - len(shown)
+    parts.append(f"task rewards {listed}" + (f" (+{more} more)" if more > 0 else ""))
+    return " ".join(parts)
+
+
 def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_sec: float,
                 env_steps: int, target_steps: int, elapsed: float, time_limit: float,
                 all_ranks_fps: list[float] | None = None, world_size: int = 1) -> str:
@@ -197,7 +220,7 @@ def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_s
         tag = f"p{p} " if len(policy_stats) > 1 else ""
         lag = s.train.get("policy_lag_avg", float("nan"))
         lag_max = s.train.get("policy_lag_max", float("nan"))
-        parts.append(f"{tag}reward {s.mean('reward'):.2f} len {s.mean('len'):.0f} lag {lag:.1f}/{lag_max:.0f}")
+        parts.append(f"{tag}{reward_text(s)} len {s.mean('len'):.0f} lag {lag:.1f}/{lag_max:.0f}")
     rate = next((f for f in (fps[1], fps[0]) if f > 0), 0.0)
     eta_steps = (target_steps - env_steps) / rate if rate > 0 else float("inf")
     eta = min(eta_steps, time_limit - elapsed) if time_limit < 1e9 else eta_steps

@@ -44,7 +44,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from sfx.algo.distributions import LOG_STD_MAX, LOG_STD_MIN, action_params_size, action_shape, categorical_sizes
+from sfx.algo.distributions import (LOG_STD_MAX, LOG_STD_MIN, MASKED_LOGIT, action_params_size, action_shape,
+                                    categorical_sizes)
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.popart import select_task_values
 from sfx.cfg import ConfigError
@@ -58,9 +59,7 @@ from sfx.models.registry import resolve_encoder
 
 
 IMAGE_STATS_ROWS = 256  # frames per learner iteration folded into the image statistics
-# the logit of a masked choice: exp() underflows to exactly 0 and 0 * log p stays 0 in the entropy (-inf
-# would make it NaN)
-MASKED_LOGIT = -1e9
+# MASKED_LOGIT (sfx.algo.distributions) is the logit of a masked choice: the distributions recognise it
 
 
 class ActorCritic(nn.Module):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from sfx.algo.normalizers import RunningMeanStd
 from sfx.engine.data_parallel import GradientGroup
 from sfx.engine.learner import NonFiniteBatch, learning_step, make_optimizer
 from tests.engine.test_learning_step import _batch, _setup
@@ -19,6 +20,8 @@ def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: di
         torch.set_num_threads(1)
         cfg, model = _setup(out_dir, **overrides)
         optimizer = make_optimizer(cfg, model)
+        # as the Learner keeps them (--advantage_normalization=running, the default)
+        advantage_stats = RunningMeanStd((), clip=None) if cfg.advantage_normalization == "running" else None
         group = GradientGroup()
         per_rank = n // world
         rows = slice(rank * per_rank, (rank + 1) * per_rank)
@@ -31,12 +34,15 @@ def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: di
                 mine[nan_key] = mine[nan_key].clone()
                 mine[nan_key][0] = float("nan")
             try:
-                learning_step(model, optimizer, mine, valids[rows], cfg, group=group)
+                learning_step(model, optimizer, mine, valids[rows], cfg, group, advantage_stats)
             except NonFiniteBatch as e:
                 skipped.append(f"{step} {e.where}")
         with open(f"{out_dir}/skipped{rank}.txt", "w") as f:
             f.write("\n".join(skipped))
-        torch.save(model.state_dict(), f"{out_dir}/rank{rank}.pt")
+        state = model.state_dict()
+        if advantage_stats is not None:
+            state.update({f"advantage_stats.{k}": v for k, v in advantage_stats.state_dict().items()})
+        torch.save(state, f"{out_dir}/rank{rank}.pt")
     finally:
         GradientGroup().close()  # waits for the other rank before tearing the group down
 

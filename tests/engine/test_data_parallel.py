@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from sfx.algo.normalizers import RunningMeanStd
 from sfx.engine.learner import learning_step, make_optimizer
 from tests.engine.data_parallel_ranks import rank_main
 from tests.engine.test_learning_step import _batch, _setup
@@ -15,7 +16,7 @@ N, T, STEPS = 8, 8, 3
 
 @pytest.mark.parametrize("overrides", [
     dict(use_rnn=True, with_vtrace=True),
-    dict(use_rnn=False, with_vtrace=False, exploration_loss="entropy"),
+    dict(use_rnn=False, with_vtrace=False, exploration_loss="entropy", advantage_normalization="minibatch"),
     # PopArt: the per-task statistics move by every rank's targets, the head rescaled alike everywhere
     dict(use_rnn=False, with_vtrace=True, popart=True, popart_beta=0.2, num_tasks=3),
 ], ids=["gru_vtrace", "mlp_gae", "popart_3_tasks"])
@@ -29,16 +30,22 @@ def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, o
     # the returns normalizer's (or PopArt's) statistics are reduced over ranks too
     assert cfg.normalize_returns and (model.returns_normalizer is not None or model.popart is not None)
     optimizer = make_optimizer(cfg, model)
+    # the running advantage statistics (the default) hold every rank's advantages, on every rank
+    advantage_stats = RunningMeanStd((), clip=None) if cfg.advantage_normalization == "running" else None
     before = {k: v.clone() for k, v in model.state_dict().items()}
     for step in range(STEPS):
         mb, valids = _batch(model, N, T, seed=step)
         halves = valids[: N // 2].sum(), valids[N // 2:].sum()
         assert halves[0] != halves[1] or step > 0  # the ranks' shares of valid samples differ
-        learning_step(model, optimizer, mb, valids, cfg)
+        learning_step(model, optimizer, mb, valids, cfg, None, advantage_stats)
 
+    state = model.state_dict()
+    if advantage_stats is not None:
+        state.update({f"advantage_stats.{k}": v for k, v in advantage_stats.state_dict().items()})
+    assert (advantage_stats is not None) == (cfg.advantage_normalization == "running") == ("advantage_stats.count" in ranks[0])
     if model.popart is not None:  # every task's statistics moved (both halves hold every task)
         assert bool((model.popart.mu != 0).all()) and torch.equal(ranks[0]["popart.mu"], ranks[1]["popart.mu"])
-    for name, value in model.state_dict().items():
+    for name, value in state.items():
         assert torch.equal(ranks[0][name], ranks[1][name]), f"{name} differs between the ranks"
         torch.testing.assert_close(ranks[0][name], value, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())

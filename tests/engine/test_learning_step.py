@@ -10,6 +10,7 @@ import torch
 
 from sfx.algo.distributions import make_action_distribution
 from sfx.algo.gae import gae
+from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
 from sfx.algo.vtrace import vtrace
 from sfx.cfg import default_cfg
@@ -49,8 +50,10 @@ def _batch(model, n, T, seed):
     return mb, torch.rand(n, T, generator=g) < 0.85
 
 
-def reference_step(cfg, model, optimizer, mb, valids):
-    """The learner's minibatch formula as it was inline in Learner._train_minibatch."""
+def reference_step(cfg, model, optimizer, mb, valids, running=None):
+    """The learner's minibatch formula as it was inline in Learner._train_minibatch. ``running``: a list of
+    every earlier minibatch's valid advantages (float64): --advantage_normalization=running divides by
+    their std together with this minibatch's instead of this minibatch's own."""
     n, T = mb["rewards"].shape
     R = cfg.recurrence if cfg.use_rnn else T
     obs = mb["obs"]
@@ -88,8 +91,11 @@ def reference_step(cfg, model, optimizer, mb, valids):
         targets_norm = model.normalize_values(vs)
         old_values_norm = model.normalize_values(mb["values"])
         adv_valid = adv[valids]
+        if running is not None:
+            running.append(adv_valid.double())
         if adv_valid.numel() > 1:
-            adv = (adv - adv_valid.mean()) / (adv_valid.std() + 1e-8)
+            scale = adv_valid.std() if running is None else torch.cat(running).std().float()
+            adv = (adv - adv_valid.mean()) / (scale + 1e-8)
     policy_loss, ratio = ppo_policy_loss(log_prob, mb["log_probs"], adv, cfg.ppo_clip_ratio, valids)
     value_loss = ppo_value_loss(values_norm, old_values_norm, targets_norm, cfg.ppo_clip_value, valids)
     entropy = dist.entropy().reshape(n, T)
@@ -139,6 +145,33 @@ def test_learning_step_equals_the_inline_formula(tmp_path, overrides):
             assert torch.equal(p, q), name
         for (name, b), c in zip(model.named_buffers(), ref_model.buffers()):
             assert torch.equal(b, c), name
+
+
+def test_running_advantage_normalization_divides_by_the_std_of_every_advantage_so_far(tmp_path):
+    """--advantage_normalization=running (the default): the minibatch's mean is subtracted as before, but the
+    scale is the unbiased std of every valid advantage of the run so far (the learner's RunningMeanStd, float64
+    moments merged batch by batch), so the first minibatch is normalized exactly as with
+    --advantage_normalization=minibatch and later ones are not rescaled to unit spread."""
+    cfg, model = _setup(tmp_path)
+    ref_model, plain_model = copy.deepcopy(model), copy.deepcopy(model)
+    opt, ref_opt, plain_opt = (make_optimizer(cfg, m) for m in (model, ref_model, plain_model))
+    advantage_stats, seen = RunningMeanStd((), clip=None), []
+    for step in range(3):
+        mb, valids = _batch(model, 4, cfg.rollout, seed=step)
+        if step == 2:
+            mb["rewards"] = mb["rewards"] * 0.01  # advantages shrink: the running scale does not follow at once
+        stats = learning_step(model, opt, mb, valids, cfg, None, advantage_stats)
+        ref = reference_step(cfg, ref_model, ref_opt, mb, valids, running=seen)
+        # the scale comes from float64 moments merged batch by batch instead of one float64 std over all of
+        # them: equal to ~1e-15, i.e. the same float32 value but for a rare last-bit rounding
+        assert stats == pytest.approx(ref, rel=1e-6, abs=1e-7)
+        for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7, msg=name)
+        plain = learning_step(plain_model, plain_opt, mb, valids, cfg)  # --advantage_normalization=minibatch
+        if step == 0:
+            assert plain == pytest.approx(stats, rel=1e-6, abs=1e-7)
+    assert advantage_stats.count.item() == sum(len(a) for a in seen)
+    assert stats["adv_std"] < 0.5 < plain["adv_std"]  # smaller advantages stay smaller (minibatch: unit spread)
 
 
 def test_a_changed_formula_is_caught(tmp_path):

@@ -68,6 +68,38 @@ def test_a_step_moves_each_task_s_statistics_and_preserves_the_outputs(tmp_path)
     assert sigma[1] > 10 * sigma[0]
 
 
+def test_per_task_statistics_reach_the_learner_s_stats(tmp_path):
+    cfg, model = _setup(tmp_path)
+    mb, valids = _two_task_batch(model)
+    stats = learning_step(model, make_optimizer(cfg, model), mb, valids, cfg)
+    for k in (0, 1):
+        assert stats[f"popart/mu_{k}"] == pytest.approx(model.popart.mu[k].item())
+        assert stats[f"popart/sigma_{k}"] == pytest.approx(model.popart.sigma_[k].item())
+        assert stats[f"popart/target_std_{k}"] > 0
+    assert stats["popart/target_std_1"] > 100 * stats["popart/target_std_0"]  # the x1000 task
+
+
+def test_the_status_line_shows_each_task_s_reward():
+    """A multi-task run's status line shows every task's own reward: the average over tasks of rewards x1 and
+    x1000 would follow the x1000 task only."""
+    from sfx.engine.stats import STATUS_MAX_TASKS, PolicyStats, status_line
+
+    stats = PolicyStats(100, ("gym_Acrobot-v1", "gym_Acrobot-v1_x1000"))
+    for r, task in [(-500.0, 0), (-80.0, 0), (-400_000.0, 1)]:
+        stats.add_episode({"reward": r, "len": 100, "task": task})
+    line = status_line([stats], [100.0, 100.0, 100.0], 100.0, 1000, 10_000, 10.0, 1e9)
+    assert "task rewards gym_Acrobot-v1 -290.00, gym_Acrobot-v1_x1000 -400,000.00" in line, line
+    assert "reward -133" not in line  # not the mixed average
+    many = PolicyStats(100, tuple(f"task{i}" for i in range(STATUS_MAX_TASKS + 3)))
+    for i in range(STATUS_MAX_TASKS + 3):
+        many.add_episode({"reward": float(i), "len": 10, "task": i})
+    line = status_line([many], [1.0] * 3, 1.0, 10, 100, 1.0, 1e9)
+    assert f"task{STATUS_MAX_TASKS - 1} " in line and f"task{STATUS_MAX_TASKS} " not in line and "(+3 more)" in line
+    single = PolicyStats(100)
+    single.add_episode({"reward": 12.5, "len": 10})
+    assert "reward 12.50 len 10" in status_line([single], [1.0] * 3, 1.0, 10, 100, 1.0, 1e9)
+
+
 def test_a_task_absent_from_the_minibatch_keeps_its_statistics(tmp_path):
     cfg, model = _setup(tmp_path, num_tasks=3)
     opt = make_optimizer(cfg, model)

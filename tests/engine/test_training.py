@@ -110,6 +110,25 @@ def test_learner_recomputes_the_behaviour_policy(tmp_path, rnn_type, use_rnn, ex
         assert abs(stats["kl"]) < 1e-5
 
 
+def test_the_running_advantage_statistics_are_checkpointed_and_resumed(tmp_path):
+    """--advantage_normalization=running keeps learning state beside the optimizer's: every valid sample
+    trained on is in the checkpoint's statistics, and a resumed run goes on from them (not afresh)."""
+    cfg = small_cfg(tmp_path, serial_mode=True, train_for_env_steps=1500)
+    run_training(cfg)
+    first = torch.load(max((tmp_path / "t" / "checkpoint_p0").glob("*.pth")), weights_only=False)
+    assert first["advantage_stats"]["count"].item() == first["env_steps"]  # serial: every sample valid, 1 epoch
+    cfg = small_cfg(tmp_path, serial_mode=True, train_for_env_steps=3000)
+    run_training(cfg)
+    second = torch.load(max((tmp_path / "t" / "checkpoint_p0").glob("*.pth")), weights_only=False)
+    assert second["env_steps"] > first["env_steps"]
+    assert second["advantage_stats"]["count"].item() == second["env_steps"]
+    minibatch = small_cfg(tmp_path / "m", serial_mode=True, train_for_env_steps=1000,
+                          advantage_normalization="minibatch")
+    run_training(minibatch)
+    plain = torch.load(max((tmp_path / "m" / "t" / "checkpoint_p0").glob("*.pth")), weights_only=False)
+    assert "advantage_stats" not in plain
+
+
 def test_serial_mode_is_deterministic(tmp_path):
     a = run_training(small_cfg(tmp_path / "a", serial_mode=True, train_for_env_steps=1500))
     b = run_training(small_cfg(tmp_path / "b", serial_mode=True, train_for_env_steps=1500))
