@@ -58,9 +58,10 @@ AEC rewards. After every ``env.step`` (the actor's turn, a random player's, a de
 agent gets ``env.rewards[agent]``, the reward of that step (PettingZoo's definition), summed over
 the env steps of one sfx step and given on that sfx step, acting or waiting. So when a move ends the
 game, the mover gets its reward on its own (active) step and every other agent gets its reward on
-the same step, inactive but terminated: the learner computes returns over all steps (only the
-losses skip inactive ones), so the loser's -1 reaches the value target and advantage of the loser's
-last move through the waiting step, discounted by ``--gamma`` once per step between them. Rewards of
+the same step, inactive but terminated: inactive steps are transparent in the learner's targets (their
+rewards reach the agent's previous active step, a waiting step does not discount, their values are
+never read: ``sfx.algo.targets``), so the loser's -1 reaches the value target and advantage of the
+loser's last move, discounted by ``--gamma`` once (one decision later) however long it waited. Rewards of
 random players' turns before an sfx agent's first turn go to its first step.
 
 Seeding: the first reset uses sfx's per-env seed (``--seed`` + env id), later matches continue the
