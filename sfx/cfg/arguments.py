@@ -128,12 +128,14 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "divergence from the uniform policy (discrete actions; Sample Factory's VizDoom setting)")
     g.add_argument("--exploration_loss_coeff", type=float, default=0.003, help="coefficient of the exploration term")
     g.add_argument("--value_loss_coeff", type=float, default=0.5, help="value loss coefficient")
-    g.add_argument("--advantage_normalization", choices=["running", "minibatch"], default="running",
-                   help="how advantages are scaled before the policy loss: both subtract the minibatch's mean; "
+    g.add_argument("--advantage_normalization", choices=["auto", "running", "minibatch"], default="auto",
+                   help="how advantages are scaled before the policy loss: all subtract the minibatch's mean; "
                         "running = divide by the std of all advantages so far (the step shrinks as advantages "
                         "shrink to noise once the policy is good), minibatch = by the minibatch's own std "
                         "(PPO's and Sample Factory's way; on CartPole the policy then collapses and recovers "
-                        "again and again after reaching 500)")
+                        "again and again after reaching 500); auto = running, but minibatch with --popart "
+                        "(PopArt rescales each task's advantages by its sigma, which changes units while it "
+                        "learns: a statistic over the whole run would mix them)")
     g.add_argument("--kl_loss_coeff", type=float, default=0.0,
                    help="coefficient of KL(behaviour || current) penalty; 0 = off")
     # Brain Agent's self-supervised auxiliary losses (image observations with a built-in conv/resnet encoder)

@@ -75,6 +75,12 @@ def make_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
                             eps=cfg.adam_eps)
 
 
+def running_advantage_normalization(cfg: Any) -> bool:
+    """Whether ``--advantage_normalization`` resolves to ``running`` (``auto``: yes, except with ``--popart``)."""
+    mode = cfg.advantage_normalization
+    return mode == "running" or (mode == "auto" and not cfg.popart)
+
+
 def popart_summary(popart: Any, returns: torch.Tensor, tasks: torch.Tensor, valids: torch.Tensor) -> dict[str, float]:
     """``popart/mu_<k>``, ``popart/sigma_<k>`` (every task's statistics after the update) and
     ``popart/target_std_<k>`` (the spread of task ``k``'s valid value targets in this minibatch, what
@@ -108,7 +114,7 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
             statistics over all of them, each rank's loss weighted by its share of the valid samples,
             gradients summed), and a non-finite minibatch on any rank is skipped on all. With
             ``--exploration_loss=symmetric_kl`` its cap of 30 applies to each rank's mean.
-        advantage_stats: with ``--advantage_normalization=running``, the running statistics of the advantages
+        advantage_stats: with ``--advantage_normalization`` resolving to running, the running statistics of the advantages
             (the learner keeps them): this minibatch's valid advantages are folded in, and the advantages are
             divided by their (unbiased) std instead of the minibatch's own. None: the minibatch's own std.
 
@@ -153,7 +159,7 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         # --advantage_normalization=running: the policy-gradient scale follows the advantages' spread over the
         # whole run, not this minibatch's. Once the policy is good, advantages shrink to noise; dividing by
         # the minibatch's own std would blow that noise up to unit scale and keep taking full-size steps on
-        # it (CartPole then unlearns keeping the cart centred, again and again: README, "The main job").
+        # it (CartPole then unlearns keeping the cart centred, again and again: README, "The main job's stability").
         # Unbiased like the minibatch std, so the first minibatch is normalized exactly as before.
         advantage_stats.update(targets.advantages[valids], reduce=reduce)
         count = advantage_stats.count
@@ -252,7 +258,7 @@ class Learner(Component):
         self.optimizer = make_optimizer(cfg, self.model)
         # learning state beside the optimizer's: checkpointed, copied by PBT, broadcast to ranks
         self.advantage_stats = (RunningMeanStd((), clip=None).to(device)
-                                if cfg.advantage_normalization == "running" else None)
+                                if running_advantage_normalization(cfg) else None)
         self.pending: list[int] = []
         self.nan_batches = 0  # minibatches skipped for NaN/inf, over this process's life
         self.consecutive_nan_batches = 0

@@ -7,7 +7,8 @@ import torch.distributed as dist
 
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.engine.data_parallel import GradientGroup
-from sfx.engine.learner import NonFiniteBatch, learning_step, make_optimizer
+from sfx.engine.learner import (NonFiniteBatch, learning_step, make_optimizer,
+                                running_advantage_normalization)
 from tests.engine.test_learning_step import _batch, _setup
 
 
@@ -20,8 +21,8 @@ def rank_main(rank: int, world: int, init_file: str, out_dir: str, overrides: di
         torch.set_num_threads(1)
         cfg, model = _setup(out_dir, **overrides)
         optimizer = make_optimizer(cfg, model)
-        # as the Learner keeps them (--advantage_normalization=running, the default)
-        advantage_stats = RunningMeanStd((), clip=None) if cfg.advantage_normalization == "running" else None
+        # as the Learner keeps them (--advantage_normalization=auto without --popart: running)
+        advantage_stats = RunningMeanStd((), clip=None) if running_advantage_normalization(cfg) else None
         group = GradientGroup()
         per_rank = n // world
         rows = slice(rank * per_rank, (rank + 1) * per_rank)

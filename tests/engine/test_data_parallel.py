@@ -7,7 +7,7 @@ import torch
 import torch.multiprocessing as mp
 
 from sfx.algo.normalizers import RunningMeanStd
-from sfx.engine.learner import learning_step, make_optimizer
+from sfx.engine.learner import learning_step, make_optimizer, running_advantage_normalization
 from tests.engine.data_parallel_ranks import rank_main
 from tests.engine.test_learning_step import _batch, _setup
 
@@ -16,7 +16,7 @@ N, T, STEPS = 8, 8, 3
 
 @pytest.mark.parametrize("overrides", [
     dict(use_rnn=True, with_vtrace=True),
-    dict(use_rnn=False, with_vtrace=False, exploration_loss="entropy", advantage_normalization="minibatch"),
+    dict(use_rnn=False, with_vtrace=False, exploration_loss="entropy", advantage_normalization="running"),
     # PopArt: the per-task statistics move by every rank's targets, the head rescaled alike everywhere
     dict(use_rnn=False, with_vtrace=True, popart=True, popart_beta=0.2, num_tasks=3),
 ], ids=["gru_vtrace", "mlp_gae", "popart_3_tasks"])
@@ -31,7 +31,8 @@ def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, o
     assert cfg.normalize_returns and (model.returns_normalizer is not None or model.popart is not None)
     optimizer = make_optimizer(cfg, model)
     # the running advantage statistics (the default) hold every rank's advantages, on every rank
-    advantage_stats = RunningMeanStd((), clip=None) if cfg.advantage_normalization == "running" else None
+    running = running_advantage_normalization(cfg)
+    advantage_stats = RunningMeanStd((), clip=None) if running else None
     before = {k: v.clone() for k, v in model.state_dict().items()}
     for step in range(STEPS):
         mb, valids = _batch(model, N, T, seed=step)
@@ -42,7 +43,7 @@ def test_two_ranks_make_the_update_of_one_learner_on_the_whole_batch(tmp_path, o
     state = model.state_dict()
     if advantage_stats is not None:
         state.update({f"advantage_stats.{k}": v for k, v in advantage_stats.state_dict().items()})
-    assert (advantage_stats is not None) == (cfg.advantage_normalization == "running") == ("advantage_stats.count" in ranks[0])
+    assert running == (not cfg.popart) == ("advantage_stats.count" in ranks[0])
     if model.popart is not None:  # every task's statistics moved (both halves hold every task)
         assert bool((model.popart.mu != 0).all()) and torch.equal(ranks[0]["popart.mu"], ranks[1]["popart.mu"])
     for name, value in state.items():

@@ -15,7 +15,8 @@ from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, pp
 from sfx.algo.vtrace import vtrace
 from sfx.cfg import default_cfg
 from sfx.engine.coordinator import probe_env
-from sfx.engine.learner import Learner, NonFiniteBatch, learning_step, make_optimizer
+from sfx.engine.learner import (Learner, NonFiniteBatch, learning_step, make_optimizer,
+                                running_advantage_normalization)
 from sfx.models import create_actor_critic
 
 
@@ -148,7 +149,7 @@ def test_learning_step_equals_the_inline_formula(tmp_path, overrides):
 
 
 def test_running_advantage_normalization_divides_by_the_std_of_every_advantage_so_far(tmp_path):
-    """--advantage_normalization=running (the default): the minibatch's mean is subtracted as before, but the
+    """--advantage_normalization=running (auto's choice without PopArt): the minibatch's mean is subtracted as before, but the
     scale is the unbiased std of every valid advantage of the run so far (the learner's RunningMeanStd, float64
     moments merged batch by batch), so the first minibatch is normalized exactly as with
     --advantage_normalization=minibatch and later ones are not rescaled to unit spread."""
@@ -172,6 +173,14 @@ def test_running_advantage_normalization_divides_by_the_std_of_every_advantage_s
             assert plain == pytest.approx(stats, rel=1e-6, abs=1e-7)
     assert advantage_stats.count.item() == sum(len(a) for a in seen)
     assert stats["adv_std"] < 0.5 < plain["adv_std"]  # smaller advantages stay smaller (minibatch: unit spread)
+
+
+@pytest.mark.parametrize("mode,popart,running", [("auto", False, True), ("auto", True, False), ("running", True, True),
+                                                 ("minibatch", False, False)])
+def test_which_advantage_normalization_auto_picks(tmp_path, mode, popart, running):
+    """auto: running, but minibatch with PopArt (its sigma rescales each task's advantages while it learns)."""
+    cfg, _ = _setup(tmp_path, advantage_normalization=mode, popart=popart)
+    assert running_advantage_normalization(cfg) == running
 
 
 def test_a_changed_formula_is_caught(tmp_path):

@@ -111,7 +111,7 @@ def test_learner_recomputes_the_behaviour_policy(tmp_path, rnn_type, use_rnn, ex
 
 
 def test_the_running_advantage_statistics_are_checkpointed_and_resumed(tmp_path):
-    """--advantage_normalization=running keeps learning state beside the optimizer's: every valid sample
+    """--advantage_normalization=running (auto's choice here) keeps learning state beside the optimizer's: every valid sample
     trained on is in the checkpoint's statistics, and a resumed run goes on from them (not afresh)."""
     cfg = small_cfg(tmp_path, serial_mode=True, train_for_env_steps=1500)
     run_training(cfg)

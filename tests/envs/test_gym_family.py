@@ -114,7 +114,8 @@ def test_a_gym_id_an_sfx_family_serves_names_the_sfx_spelling(env_id, sfx_name):
     with pytest.raises(ConfigError, match=rf"'{re.escape(env_id)}'.*; did you mean --env={sfx_name}\?"):
         check_gym_id(env_id)
     # the bare gymnasium id (no family prefix) gets the same line
-    with pytest.raises(ConfigError, match=rf"--env={re.escape(env_id)} matches no env family; .*did you mean --env={sfx_name}\?"):
+    with pytest.raises(ConfigError,
+                       match=rf"--env={re.escape(env_id)} matches no env family; .*did you mean --env={sfx_name}\?"):
         default_cfg(env_id)
 
 

@@ -38,7 +38,8 @@ def served_hint(name: str) -> str:
     served = sfx_names_for_gym_id(name)
     if not served:
         return ""
-    return f"; did you mean --env={served[0]}? (sfx's {served[0].split('_')[0]}_ family serves this env, with its own defaults)"
+    family = served[0].split("_")[0] + "_"
+    return f"; did you mean --env={served[0]}? (sfx's {family} family serves this env, with its own defaults)"
 
 
 def _registering_package(spec: Any) -> str:
