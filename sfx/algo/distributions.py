@@ -18,6 +18,8 @@ inside the trainer a categorical action is always an index in ``[0, n)``.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from abc import ABC, abstractmethod
 from typing import Any
@@ -143,9 +145,14 @@ class Categorical(ActionDistribution):
     with no allowed choice counts all of its choices as allowed (as the model's masking does)."""
 
     def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
         self.log_probs = F.log_softmax(logits, dim=-1)
-        allowed = logits > MASKED_LOGIT / 2
-        self.allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+
+    @functools.cached_property
+    def allowed(self) -> torch.Tensor:
+        """``[B, n]`` bool, the allowed choices; computed only where the losses need it, not when acting."""
+        allowed = self.logits > MASKED_LOGIT / 2
+        return allowed | ~allowed.any(dim=-1, keepdim=True)
 
     @property
     def probs(self) -> torch.Tensor:
