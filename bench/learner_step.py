@@ -89,7 +89,7 @@ def synthetic_batch(model: Any, n: int, rollout: int, seed: int = 0) -> tuple[di
 
 def time_variant(model: torch.nn.Module, cfg: Any, mb: dict[str, Any], valids: torch.Tensor,
                  steps: int) -> tuple[float, float]:
-    from sfx.engine.learner import learning_step, make_optimizer
+    from sfx.agents.appo import learning_step, make_optimizer
 
     opt = make_optimizer(cfg, model)
     for _ in range(2):

@@ -147,19 +147,20 @@ def timed(fn: Callable[[], Any], reps: int, warmup: int, device: torch.device, b
 def shared_memory_split(cfg: Any, info: Any, model: Any) -> dict[str, float]:
     """Bytes ``bench.throughput``'s sfx run would put in shared memory (as ``sfx.engine.wiring.wire``
     computes them), split into the core's memory and the rest."""
-    from sfx.algo.distributions import action_params_size, action_shape
+    from sfx.agents.appo import APPO
+    from sfx.algo.distributions import action_shape
     from sfx.engine.buffers import num_trajectory_slots
-    from sfx.engine.learner import trajectories_per_iteration
     from sfx.engine.resources import trajectory_buffer_bytes
     from sfx.models.obs import obs_spec
 
     agents = cfg.num_workers * cfg.num_envs_per_worker * info.num_agents
-    slots = num_trajectory_slots(agents, trajectories_per_iteration(cfg), cfg.traj_buffers_excess_ratio, serial=False)
+    slots = num_trajectory_slots(agents, APPO.trajectories_per_iteration(cfg), cfg.traj_buffers_excess_ratio,
+                                 serial=False)
     memory_floats = int(model.memory_len) * int(model.memory_width)
 
     def total(floats: int) -> int:
         return trajectory_buffer_bytes(obs_spec(info.observation_space), cfg.rollout, max(1, model.rnn_state_size),
-                                       action_shape(info.action_space), action_params_size(info.action_space),
+                                       action_shape(info.action_space), APPO.acting_rule(cfg, info.action_space).fields,
                                        slots, cfg.num_policies, agents, floats)
 
     rest = total(0)
@@ -178,7 +179,8 @@ class _Inbox:
 
 def acting(cfg: Any, info: Any, args: argparse.Namespace, device: torch.device) -> tuple[dict, Any]:
     """Time ``PolicyWorker.process`` per batch size, and its parts on their own. Returns (figures, model)."""
-    from sfx.algo.distributions import action_params_size, action_shape
+    from sfx.agents.appo import APPO
+    from sfx.algo.distributions import action_shape
     from sfx.engine.buffers import WeightsBuffer, allocate_agent_buffers, allocate_trajectory_buffers
     from sfx.engine.policy_worker import PolicyWorker
     from sfx.engine.protocol import REQ, REQUEST_COLUMNS, REQ_AGENT, REQ_SLOT, REQ_T
@@ -191,8 +193,8 @@ def acting(cfg: Any, info: Any, args: argparse.Namespace, device: torch.device) 
     spec = obs_spec(info.observation_space)
     rnn_size = max(1, model.rnn_state_size)
     # one slot per agent; the slots' own memory copies are left out: a policy worker never reads them
-    traj = allocate_trajectory_buffers(A, T, spec, rnn_size, action_shape(info.action_space),
-                                       action_params_size(info.action_space))
+    rule = APPO.acting_rule(cfg, info.action_space)
+    traj = allocate_trajectory_buffers(A, T, spec, rnn_size, action_shape(info.action_space), rule.fields)
     agents = allocate_agent_buffers(A, spec, rnn_size, memory_shape)
     g = torch.Generator().manual_seed(1)
     for v in traj.obs.values():
@@ -207,7 +209,7 @@ def acting(cfg: Any, info: Any, args: argparse.Namespace, device: torch.device) 
         traj.rnn_states.copy_(torch.randn(traj.rnn_states.shape, generator=g) * 0.1)
     weights = WeightsBuffer.for_model(model)
     weights.publish(model, 0)
-    worker = PolicyWorker(cfg, 0, 0, model, traj, agents, weights, [_Inbox()], None, device)
+    worker = PolicyWorker(cfg, 0, 0, model, rule, traj, agents, weights, [_Inbox()], None, device)
     worker.update_weights()
     model = worker.model  # for_inference, on the device
     core = model.core
@@ -287,7 +289,7 @@ def profile_acting(worker: Any, ids: torch.Tensor, T: int, reps: int) -> str:
 def learning(cfg: Any, info: Any, args: argparse.Namespace, device: torch.device) -> dict:
     from bench.learner_step import synthetic_batch
     from sfx.engine.buffers import tree_map
-    from sfx.engine.learner import learning_step, make_optimizer
+    from sfx.agents.appo import learning_step, make_optimizer
 
     model = build(cfg, info).train().to(device)
     n = args.batch_size // args.rollout

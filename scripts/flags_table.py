@@ -14,12 +14,9 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 BEGIN, END = "<!-- FLAGS -->", "<!-- /FLAGS -->"
 
 
-def flags_table() -> str:
-    from sfx.cfg import build_parser
-
-    parser = build_parser(None, evaluation=False)
-    rows = ["| flag | default | meaning |", "| --- | --- | --- |"]
-    for action in parser._actions:
+def _rows(actions: list, suffix: str = "") -> list[str]:
+    rows = []
+    for action in actions:
         if not action.option_strings or action.default == argparse.SUPPRESS:
             continue
         flag = action.option_strings[-1]
@@ -28,7 +25,22 @@ def flags_table() -> str:
             meaning = f"{action.help} (one of: {', '.join(map(str, action.choices))})"
         else:
             meaning = action.help or ""
-        rows.append(f"| `{flag}` | `{default}` | {meaning.replace('|', '/')} |")
+        rows.append(f"| `{flag}` | `{default}` | {(meaning + suffix).replace('|', '/')} |")
+    return rows
+
+
+def flags_table() -> str:
+    """The default parser's flags (APPO's among them), then the other built-in agents' own flags."""
+    from sfx.agents import DEFAULT_AGENT, find_agent, registered_agents
+    from sfx.cfg import build_parser
+
+    parser = build_parser(None, evaluation=False)
+    rows = ["| flag | default | meaning |", "| --- | --- | --- |", *_rows(parser._actions)]
+    for name in registered_agents():
+        if name != DEFAULT_AGENT:
+            probe = argparse.ArgumentParser(add_help=False)
+            find_agent(name).add_flags(probe)
+            rows += _rows(probe._actions, f" (--algo={name})")
     return "\n".join(rows)
 
 

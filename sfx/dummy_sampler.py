@@ -294,8 +294,8 @@ def run_sampler(cfg: Any) -> dict:
     'fps' (frames/s over the sampling time), 'fps_windows' ({1: .., 10: .., ...} at the stop),
     'step_time' (:func:`summarize_step_times` over every env), 'step_time_per_worker'}``.
     """
+    from sfx.agents import find_agent
     from sfx.experiment import experiment_dir, setup_logging
-    from sfx.models import create_actor_critic
 
     cfg = copy.copy(cfg)
     cfg.algo = "DUMMY_SAMPLER"
@@ -309,7 +309,8 @@ def run_sampler(cfg: Any) -> dict:
 
     env_info = probe_env(cfg)
     # the real model sizes the recurrent-state columns of the slots, so memory matches training's
-    model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
+    model = find_agent(cfg.algo).make_model(cfg, env_info.observation_space, env_info.action_space,
+                                            env_info.num_tasks)
     envs_per_worker = cfg.num_envs_per_worker
     step_times = StepTimes(cfg.num_workers * envs_per_worker)
     # no learner: finished trajectories go to the random policy worker, which frees their slots
@@ -377,8 +378,8 @@ def format_result(r: dict) -> str:
 
 def parse_sampler_args(argv: list[str] | None = None) -> Any:
     """sfx's full parser (env families' flags included), without resuming any saved cfg."""
-    cfg = parse_args(argv, resume=False, prog="python -m sfx.dummy_sampler")
-    cfg.algo = "DUMMY_SAMPLER"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg = parse_args([*argv, "--algo=DUMMY_SAMPLER"], resume=False, prog="python -m sfx.dummy_sampler")
     if "experiment" not in cfg.explicit_args:
         cfg.experiment = "dummy_sampler"
     return cfg

@@ -119,8 +119,8 @@ def enjoy(cfg: Any) -> dict:
     from sfx.algo.distributions import action_to_env
     from sfx.engine.wiring import resolve_device
     from sfx.experiment import experiment_dir, load_policy_checkpoint
-    from sfx.models import create_actor_critic
-    from sfx.models.acting import AgentsActing
+    from sfx.agents import find_agent
+    from sfx.agents.acting import AgentsActing
     from sfx.models.obs import stack_obs
 
     cfg = _with_eval_flags(cfg)
@@ -143,8 +143,9 @@ def enjoy(cfg: Any) -> dict:
     video = None
     try:
         device = resolve_device(cfg, warn=True)
-        model = create_actor_critic(cfg, env.observation_space, env.action_space,
-                                    max(1, len(getattr(env, "task_names", None) or ())))
+        agent = find_agent(cfg.algo)
+        model = agent.make_model(cfg, env.observation_space, env.action_space,
+                                 max(1, len(getattr(env, "task_names", None) or ())))
         model.load_state_dict(checkpoint["model"])
         model.to(device).for_inference()
         action_space = env.action_space
@@ -168,7 +169,7 @@ def enjoy(cfg: Any) -> dict:
         if video is not None:
             video.add(_render(env, cfg))
         # each agent's core state, memory and previous action / reward, kept as the engine keeps them
-        agents = AgentsActing(model, num_agents, device, deterministic)
+        agents = AgentsActing(model, agent.acting_rule(cfg, action_space), num_agents, device, deterministic)
         running_reward = np.zeros(num_agents, dtype=np.float64)
         running_len = np.zeros(num_agents, dtype=np.int64)
         rewards: list[float] = []

@@ -71,7 +71,7 @@ def export(cfg: Any, fmt: str = "onnx", output: str | None = None) -> dict:
     """
     from sfx.engine.wiring import probe_env
     from sfx.experiment import experiment_dir
-    from sfx.models import create_actor_critic
+    from sfx.agents import find_agent
     from sfx.models.export import EXPORT_FORMATS, FILE_SUFFIXES, export_model
 
     if fmt not in EXPORT_FORMATS:
@@ -90,7 +90,8 @@ def export(cfg: Any, fmt: str = "onnx", output: str | None = None) -> dict:
     model_cfg = copy.copy(cfg)
     model_cfg.device, model_cfg.mixed_precision = "cpu", "off"
     env_info = probe_env(model_cfg)
-    model = create_actor_critic(model_cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
+    agent = find_agent(cfg.algo)
+    model = agent.make_model(model_cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
     model.load_state_dict(checkpoint["model"])
     metadata = {
         "env": cfg.env,
@@ -101,7 +102,7 @@ def export(cfg: Any, fmt: str = "onnx", output: str | None = None) -> dict:
         "train_step": checkpoint.get("train_step"),
         "task_names": list(env_info.task_names),
     }
-    spec = export_model(model, path, fmt, metadata)
+    spec = export_model(model, path, fmt, metadata, rule=agent.acting_rule(model_cfg, env_info.action_space))
     spec_path = path.with_suffix(".json")
     print(f"exported {checkpoint_path} to {path} ({fmt}); inputs, outputs and how to step: {spec_path}", flush=True)
     return {"model_path": str(path), "spec_path": str(spec_path), "spec": spec}

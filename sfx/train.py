@@ -1,15 +1,18 @@
 """``python -m sfx.train --env=... --experiment=...``: train an agent (asynchronous APPO).
 
 Run with ``--help`` for every flag and its default. An existing experiment folder is resumed.
+``--algo`` picks the learning algorithm (an agent of :mod:`sfx.agents`; APPO by default);
 ``--algo=DUMMY_SAMPLER`` runs :mod:`sfx.dummy_sampler` instead (sampling with random actions, no training).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 import sfx.pbt  # noqa: F401 - registers population-based training as a coordinator observer
+from sfx.agents import find_agent
 from sfx.cfg import ConfigError, parse_args
 from sfx.engine import run_training
 
@@ -28,11 +31,12 @@ def requested_algo(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if requested_algo(argv) == "DUMMY_SAMPLER":
-        from sfx.dummy_sampler import main as sample
-
-        return sample(argv)
     try:
+        algo = requested_algo(argv)
+        entry_point = find_agent(algo).entry_point if algo else None
+        if entry_point:  # an agent that runs instead of a training (DUMMY_SAMPLER: the dummy sampler)
+            module, _, function = entry_point.partition(":")
+            return getattr(importlib.import_module(module), function)(argv)
         cfg = parse_args(argv)
         result = run_training(cfg)  # raises ConfigError before any worker starts, e.g. on bad checkpoints
     except ConfigError as e:

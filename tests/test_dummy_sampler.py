@@ -16,7 +16,7 @@ import pytest
 import sfx.train
 from sfx.dummy_sampler import (NUM_STEP_TIME_BINS, format_result, parse_sampler_args, run_sampler, step_time_bin,
                                summarize_step_times)
-from sfx.engine.policy_worker import random_action_rows
+from sfx.agents.dummy import random_action_rows
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -75,24 +75,31 @@ def test_max_num_frames_stops_mid_episode(tmp_path, capsys):
 
 
 def test_deterministic_plays_the_mode(tmp_path, monkeypatch):
+    """--deterministic: every action is the acting rule's mode (the one export traces), none is sampled."""
     where = make_experiment(tmp_path)
-    import sfx.algo.distributions as distributions  # enjoy imports from it when it runs
+    import sfx.agents.appo as appo  # enjoy acts through APPO's acting rule
 
-    original = distributions.make_action_distribution
+    original, mode_actions = appo.make_action_distribution, appo.APPOActingRule.mode_actions
     calls = {"mode": 0}
 
-    class ModeOnly:
+    class NoSampling:
         def __init__(self, dist):
             self.dist = dist
 
         def sample(self):
             raise AssertionError("--deterministic must not sample")
 
-        def mode(self):
-            calls["mode"] += 1
-            return self.dist.mode()
+        def log_prob(self, actions):
+            return self.dist.log_prob(actions)
 
-    monkeypatch.setattr(distributions, "make_action_distribution", lambda space, p: ModeOnly(original(space, p)))
+    def counting_mode(self, out):
+        actions = mode_actions(self, out)
+        calls["mode"] += actions.shape[0]
+        assert torch.equal(actions.reshape(-1), original(self.action_space, out["action_params"]).mode().reshape(-1))
+        return actions
+
+    monkeypatch.setattr(appo, "make_action_distribution", lambda space, p: NoSampling(original(space, p)))
+    monkeypatch.setattr(appo.APPOActingRule, "mode_actions", counting_mode)
     result = run_enjoy([*where, "--no_render", "--deterministic", "--max_num_episodes=2"])
     assert result["episodes"] == 2
     assert calls["mode"] == result["frames"]

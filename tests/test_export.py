@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from sfx import export as export_module
+from sfx.agents.appo import APPOActingRule
 from sfx.algo.distributions import action_shape, make_action_distribution
 from sfx.cfg import ConfigError, default_cfg, parse_args
 from sfx.envs import make_env
@@ -199,7 +200,7 @@ MODELS = {
 def test_onnx_acts_like_the_torch_model(tmp_path, name):
     obs_space, action_space, num_tasks, flags = MODELS[name]
     model = make_model(obs_space, action_space, num_tasks, **flags)
-    spec = export_model(model, tmp_path / "model.onnx", "onnx")
+    spec = export_model(model, tmp_path / "model.onnx", "onnx", rule=APPOActingRule(model.action_space))
     assert spec == json.loads((tmp_path / "model.json").read_text())
     run = onnx_runner(tmp_path / "model.onnx", spec)
     check_acts_like_torch(model, run, spec, batch=3)  # exported with a batch of 2: the batch axis is free
@@ -210,14 +211,14 @@ def test_onnx_acts_like_the_torch_model(tmp_path, name):
 def test_torchscript_acts_like_the_torch_model(tmp_path, name):
     obs_space, action_space, num_tasks, flags = MODELS[name]
     model = make_model(obs_space, action_space, num_tasks, **flags)
-    spec = export_model(model, tmp_path / "model.pt", "torchscript")
+    spec = export_model(model, tmp_path / "model.pt", "torchscript", rule=APPOActingRule(model.action_space))
     check_acts_like_torch(model, torchscript_runner(tmp_path / "model.pt", spec), spec, batch=4)
 
 
 def test_the_spec_names_inputs_outputs_and_how_to_step(tmp_path):
     obs_space, action_space, num_tasks, flags = MODELS["dict_mask_prev_action_separate"]
     model = make_model(obs_space, action_space, num_tasks, **{**flags, **TRXL})
-    spec = export_model(model, tmp_path / "m.onnx", "onnx")
+    spec = export_model(model, tmp_path / "m.onnx", "onnx", rule=APPOActingRule(model.action_space))
     inputs = {i["name"]: (i["shape"], i["dtype"]) for i in spec["inputs"]}
     # observation keys sorted as the buffers keep them, uint8 frames as uint8, then the state
     assert list(inputs) == [ACTION_MASK_KEY, "frame", "measurements", PREV_ACTION_KEY, PREV_REWARD_KEY,
@@ -242,14 +243,14 @@ def test_the_spec_names_inputs_outputs_and_how_to_step(tmp_path):
 def test_box_bounds_in_the_spec_are_json_numbers_or_null(tmp_path):
     space = gym.spaces.Box(np.array([-1.0, -np.inf], np.float32), np.array([1.0, np.inf], np.float32))
     model = make_model(vector(3), space, use_rnn=False)
-    spec = export_model(model, tmp_path / "m.onnx", "onnx")
+    spec = export_model(model, tmp_path / "m.onnx", "onnx", rule=APPOActingRule(model.action_space))
     assert spec["action_space"]["low"] == [-1.0, None] and spec["action_space"]["high"] == [1.0, None]
     json.loads((tmp_path / "m.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
 
 
 def test_export_leaves_the_callers_model_as_it_was(tmp_path):
     model = make_model(vector(4), gym.spaces.Discrete(2)).train()
-    export_model(model, tmp_path / "m.pt", "torchscript")
+    export_model(model, tmp_path / "m.pt", "torchscript", rule=APPOActingRule(model.action_space))
     assert model.training and all(p.requires_grad for p in model.parameters())
 
 

@@ -9,51 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 
-TRUE_STRINGS = ("true", "1", "yes", "y", "on")
-FALSE_STRINGS = ("false", "0", "no", "n", "off")
-
-
-def str2bool(value: str | bool) -> bool:
-    """Parse ``True/False/true/false/1/0`` (also yes/no, on/off) into a bool."""
-    if isinstance(value, bool):
-        return value
-    low = str(value).strip().lower()
-    if low in TRUE_STRINGS:
-        return True
-    if low in FALSE_STRINGS:
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (True/False/1/0), got {value!r}")
-
-
-def int_like(value: str | int) -> int:
-    """Parse an integer, also written as ``1e9`` or ``10_000_000`` (must be a whole number)."""
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer (e.g. 1000000 or 1e6), got {value!r}") from None
-    if not x.is_integer():  # also rejects inf and nan
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
-    return int(x)
-
-
-def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
-    """A boolean flag: ``--name=False``, ``--name false``, ``--name 0``; a bare ``--name`` means True."""
-    group.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
-
+from sfx.cfg.flag_types import FALSE_STRINGS, TRUE_STRINGS, add_bool_arg, int_like, str2bool  # noqa: F401
+from sfx.cfg.sf1_compat import add_sf1_compat_args
 
 def add_default_args(parser: argparse.ArgumentParser) -> None:
     """Add every flag the trainer itself understands (env families add theirs separately)."""
     g = parser.add_argument_group("experiment")
-    g.add_argument("--algo", choices=["APPO", "DUMMY_SAMPLER"], default="APPO",
-                   help="training algorithm; DUMMY_SAMPLER = no training, random actions through the sampling path "
-                        "(the same as python -m sfx.dummy_sampler)")
+    g.add_argument("--algo", default="APPO",
+                   help="learning algorithm (a registered agent: APPO; DUMMY_SAMPLER = no training, random actions "
+                        "through the sampling path, the same as python -m sfx.dummy_sampler; or your own, see "
+                        "sfx.agents.register_agent); its flags join --help in a group of their own")
     g.add_argument("--env", required=True, help="env name: a family prefix and the env, e.g. gym_CartPole-v1")
     g.add_argument("--experiment", default="default_experiment",
                    help="experiment folder name under --train_dir; an existing one is resumed")
@@ -106,9 +71,6 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
 
     g = parser.add_argument_group("learning")
     g.add_argument("--batch_size", type=int, default=1024, help="samples per minibatch; a multiple of --rollout")
-    g.add_argument("--num_batches_per_iteration", type=int, default=1,
-                   help="minibatches the learner collects before each training iteration")
-    g.add_argument("--ppo_epochs", type=int, default=1, help="passes over each iteration's data")
     g.add_argument("--recurrence", type=int, default=32,
                    help="BPTT length in steps; --rollout must be a multiple of it when --use_rnn")
     g.add_argument("--learning_rate", type=float, default=1e-4, help="Adam learning rate")
@@ -116,28 +78,6 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--adam_beta1", type=float, default=0.9, help="Adam beta1")
     g.add_argument("--adam_beta2", type=float, default=0.999, help="Adam beta2")
     g.add_argument("--gamma", type=float, default=0.99, help="discount factor, in (0, 1]")
-    g.add_argument("--gae_lambda", type=float, default=0.95, help="GAE lambda (used when --with_vtrace=False), in [0, 1]")
-    add_bool_arg(g, "with_vtrace", True, "V-trace off-policy correction (IMPALA); False = GAE")
-    g.add_argument("--vtrace_rho", type=float, default=1.0, help="V-trace rho-bar: clip of the importance weights")
-    g.add_argument("--vtrace_c", type=float, default=1.0, help="V-trace c-bar: clip of the trace-cutting weights")
-    g.add_argument("--ppo_clip_ratio", type=float, default=0.1, help="PPO ratio clip: ratio kept in [1-x, 1+x]")
-    g.add_argument("--ppo_clip_value", type=float, default=1.0,
-                   help="PPO value clip around the old value; <= 0 disables value clipping")
-    g.add_argument("--exploration_loss", choices=["entropy", "symmetric_kl"], default="entropy",
-                   help="exploration term: entropy = an entropy bonus; symmetric_kl = a penalty on the symmetric KL "
-                        "divergence from the uniform policy (discrete actions; Sample Factory's VizDoom setting)")
-    g.add_argument("--exploration_loss_coeff", type=float, default=0.003, help="coefficient of the exploration term")
-    g.add_argument("--value_loss_coeff", type=float, default=0.5, help="value loss coefficient")
-    g.add_argument("--advantage_normalization", choices=["auto", "running", "minibatch"], default="auto",
-                   help="how advantages are scaled before the policy loss: all subtract the minibatch's mean; "
-                        "running = divide by the std of all advantages so far (the step shrinks as advantages "
-                        "shrink to noise once the policy is good), minibatch = by the minibatch's own std "
-                        "(PPO's and Sample Factory's way; on CartPole the policy then collapses and recovers "
-                        "again and again after reaching 500); auto = running, but minibatch with --popart "
-                        "(PopArt rescales each task's advantages by its sigma, which changes units while it "
-                        "learns: a statistic over the whole run would mix them)")
-    g.add_argument("--kl_loss_coeff", type=float, default=0.0,
-                   help="coefficient of KL(behaviour || current) penalty; 0 = off")
     # Brain Agent's self-supervised auxiliary losses (image observations with a built-in conv/resnet encoder)
     g.add_argument("--aux_loss_reconstruction_coeff", type=float, default=0.0,
                    help="coefficient of the frame reconstruction loss (a decoder mirroring the encoder; MSE on frames "
@@ -312,14 +252,6 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--report_every_sec", type=float, default=5.0, help="seconds between status lines in the log")
     g.add_argument("--stats_avg", type=int, default=100, help="episodes averaged for reported reward and length")
 
-    g = parser.add_argument_group("dummy sampler (python -m sfx.dummy_sampler, or --algo=DUMMY_SAMPLER)")
-    g.add_argument("--sample_env_frames", type=int_like, default=1_000_000,
-                   help="stop after this many env frames (agent steps x --env_frameskip, every agent counted); "
-                        "lifted when only --timeout_seconds is given")
-    g.add_argument("--timeout_seconds", type=float, default=None,
-                   help="stop after sampling this long, counted from the moment every rollout worker steps "
-                        "(env creation excluded); None = only --sample_env_frames stops")
-    from sfx.cfg.sf1_compat import add_sf1_compat_args  # imported here: sf1_compat imports this module
     add_sf1_compat_args(parser)
 
 

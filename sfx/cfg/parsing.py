@@ -47,10 +47,13 @@ def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] 
     """
     from sfx.envs.registry import find_family  # sfx.envs imports ConfigError from this package
 
-    parser = _new_parser(description="Train (or, with sfx.enjoy, evaluate) an agent with asynchronous APPO.")
+    parser = _new_parser(description="Train (or, with sfx.enjoy, evaluate) an agent; the default algorithm is "
+                                     "asynchronous APPO (--algo).")
     if evaluation:
         parser.prog = "python -m sfx.enjoy"
     add_default_args(parser)
+    agent = _agent(_requested_algo(argv, preset))
+    agent.add_flags(parser.add_argument_group(agent.flag_group or f"{agent.name} (--algo={agent.name})"))
     if env is not None:
         family = find_family(env)
         if family.add_params_fn is not None:
@@ -78,11 +81,44 @@ def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] 
     return parser
 
 
+def _agent(name: str) -> Any:
+    from sfx.agents.registry import find_agent  # the agents' room sits above cfg: looked up, never imported at load
+
+    return find_agent(name)
+
+
+def _requested_algo(argv: Sequence[str] | None, preset: dict | None) -> str:
+    """``--algo`` of the command line, else of the saved cfg / preset, else the default agent."""
+    pre = _new_parser(add_help=False)
+    pre.add_argument("--algo", default=None)
+    algo = pre.parse_known_args(list(argv or []))[0].algo
+    return algo or (preset or {}).get("algo") or "APPO"
+
+
+def _other_agents_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Flags of registered agents other than the one in ``parser`` (an env family may set defaults for
+    several algorithms: those of the others are left out)."""
+    from sfx.agents.registry import registered_agents
+
+    flags: set[str] = set()
+    for name in registered_agents():
+        probe = _new_parser(add_help=False)
+        _agent(name).add_flags(probe)
+        flags |= {a.dest for a in probe._actions}
+    return flags - {a.dest for a in parser._actions}
+
+
 def _check_overrides(parser: argparse.ArgumentParser, prefix: str, overrides: dict) -> None:
+    """Raises on overrides of flags no parser part knows; drops (in place) those of other algorithms."""
     known = {a.dest for a in parser._actions}
-    unknown = sorted(set(overrides) - known)
+    unknown = set(overrides) - known
     if unknown:
-        raise ValueError(f"env family {prefix!r} overrides defaults of unknown flags: {unknown}")
+        others = _other_agents_flags(parser)
+        for name in unknown & others:
+            del overrides[name]
+        unknown -= others
+    if unknown:
+        raise ValueError(f"env family {prefix!r} overrides defaults of unknown flags: {sorted(unknown)}")
 
 
 def _known_values(parser: argparse.ArgumentParser, argv: Sequence[str], preset: dict | None) -> argparse.Namespace:
@@ -173,6 +209,7 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     cfg.explicit_args = sorted(explicit)
     cfg.command_line = " ".join(shlex.quote(a) for a in argv)
     validate_cfg(cfg, evaluation=evaluation, check_paths=not evaluation or cfg.save_video)
+    _agent(cfg.algo).validate(cfg)
     _validate_family(cfg)
     return cfg
 
@@ -217,5 +254,6 @@ def default_cfg(env: str = "gym_CartPole-v1", evaluation: bool = False, **overri
     cfg.explicit_args = sorted({"env", *overrides})
     cfg.command_line = ""
     validate_cfg(cfg, evaluation=evaluation, check_paths=False)
+    _agent(cfg.algo).validate(cfg)
     _validate_family(cfg)
     return cfg

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sfx.cfg.arguments import str2bool
+from sfx.cfg.flag_types import str2bool
 
 NO_EFFECT_GROUP = "Sample Factory 1.x flags with no effect here"
 ALIAS_GROUP = "Sample Factory 1.x names of sfx flags"

@@ -17,13 +17,13 @@ log = logging.getLogger(__name__)
 # Counts and sizes that make no sense at zero or below.
 POSITIVE_INTS = (
     "num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "recurrence", "batch_size",
-    "num_batches_per_iteration", "ppo_epochs", "hidden_size", "rnn_num_layers", "num_policies", "max_nan_batches",
+    "hidden_size", "rnn_num_layers", "num_policies", "max_nan_batches",
     "policy_workers_per_policy", "keep_checkpoints", "max_policy_lag", "stats_avg", "env_frameskip",
     "train_for_env_steps", "train_for_seconds",
 )
 POSITIVE_FLOATS = (
     "learning_rate", "adam_eps", "obs_scale", "report_every_sec", "traj_buffers_excess_ratio",
-    "vtrace_rho", "vtrace_c", "ppo_clip_ratio", "reward_scale", "save_every_sec", "experiment_summaries_interval",
+    "reward_scale", "save_every_sec", "experiment_summaries_interval",
 )
 EVAL_POSITIVE_INTS = ("max_num_episodes", "max_num_frames")
 
@@ -47,8 +47,6 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     check_rnn_type(cfg.rnn_type)
     if not 0.0 < cfg.gamma <= 1.0:
         raise ConfigError(f"--gamma={cfg.gamma} must be in (0, 1]")
-    if not 0.0 <= cfg.gae_lambda <= 1.0:
-        raise ConfigError(f"--gae_lambda={cfg.gae_lambda} must be in [0, 1]")
     for name in ("adam_beta1", "adam_beta2"):
         value = getattr(cfg, name)
         if not 0.0 <= value < 1.0:
@@ -64,10 +62,6 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
         raise ConfigError(f"--heartbeat_timeout_sec={cfg.heartbeat_timeout_sec} must be > 0")
     if cfg.learner_main_loop_num_cores < 0:
         raise ConfigError(f"--learner_main_loop_num_cores={cfg.learner_main_loop_num_cores} must be >= 0 (0 = auto)")
-    for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff"):
-        value = getattr(cfg, name)
-        if value < 0:
-            raise ConfigError(f"--{name}={value} must be >= 0")
     if cfg.save_milestones_sec <= 0 and cfg.save_milestones_sec != -1:
         raise ConfigError(f"--save_milestones_sec={cfg.save_milestones_sec} must be > 0, or -1 for never")
     if not 0.0 < cfg.initial_stddev < math.inf:
@@ -103,10 +97,6 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 
-    if cfg.sample_env_frames <= 0:
-        raise ConfigError(f"--sample_env_frames={cfg.sample_env_frames} must be a positive integer (> 0)")
-    if cfg.timeout_seconds is not None and not cfg.timeout_seconds > 0:
-        raise ConfigError(f"--timeout_seconds={cfg.timeout_seconds} must be > 0")
 
     _fit_default_splits(cfg)
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:

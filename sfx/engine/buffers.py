@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from dataclasses import field as dataclass_field
+from typing import Any, Mapping
 
 import numpy as np
 import torch
+
+from sfx.agents.base import FieldSpec, tree_map
 
 
 def torch_dtype(np_dtype) -> torch.dtype:
@@ -32,22 +35,26 @@ def torch_dtype(np_dtype) -> torch.dtype:
 
 @dataclass
 class TrajectoryBuffers:
-    """Trajectory slots of one policy. Shapes: N slots, T = rollout."""
+    """Trajectory slots of one policy. Shapes: N slots, T = rollout.
+
+    Fixed fields every agent gets, plus ``fields``: the per-step fields the agent's acting rule declares
+    (APPO: ``log_probs``, ``action_params``, ``values``, ``trunc_values``), and ``final_obs`` where the
+    rule asks for the final observation of time-limit steps.
+    """
 
     obs: dict[str, torch.Tensor]  # key -> [N, T+1, *shape]  (a Box observation: key "obs")
     rnn_states: torch.Tensor      # [N, T+1, S]  state *before* the step at that index
     actions: torch.Tensor         # [N, T, k] float32 (integers for discrete actions)
-    log_probs: torch.Tensor       # [N, T]   behaviour policy log pi(a|s)
-    action_params: torch.Tensor   # [N, T, P] behaviour distribution params (for the KL term)
-    values: torch.Tensor          # [N, T]   behaviour value estimates, denormalized
     rewards: torch.Tensor         # [N, T]   raw env rewards
     terminated: torch.Tensor      # [N, T]   bool, episode ended, no bootstrap
     truncated: torch.Tensor       # [N, T]   bool, episode cut by a time limit, bootstrap
-    trunc_values: torch.Tensor    # [N, T]   V(final obs) for truncated steps
     policy_versions: torch.Tensor  # [N, T] int64, version of the weights that acted
     active: torch.Tensor          # [N, T] bool, False where the env said the agent was not playing
     task: torch.Tensor            # [N] int64, the task of the env the trajectory came from (0 = single task)
     memory: torch.Tensor          # [N, M, W] a memory core's per-agent memory before step 0 ([N, 0, 0] without)
+    fields: dict[str, torch.Tensor] = dataclass_field(default_factory=dict)  # the agent's: name -> [N, T, ...]
+    # key -> [N, T, *shape]: the final observation of a time-limit step (only where the rule asks for it)
+    final_obs: dict[str, torch.Tensor] | None = None
 
     @property
     def num_slots(self) -> int:
@@ -58,18 +65,16 @@ class TrajectoryBuffers:
         return self.actions.shape[1]
 
     def tensors(self) -> dict[str, Any]:
-        """Every field by name; ``obs`` stays a dict of tensors (see :func:`tree_map`)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field by name, the agent's fields among them; ``obs`` (and ``final_obs``) stay dicts of
+        tensors (see :func:`tree_map`)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fields", "final_obs")}
+        out.update(self.fields)
+        if self.final_obs is not None:
+            out["final_obs"] = self.final_obs
+        return out
 
 
 ObsSpec = dict[str, tuple[tuple[int, ...], Any]]  # key -> (shape, numpy dtype), see sfx.models.obs
-
-
-def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
-    """Apply ``fn`` to every leaf of nested dicts (e.g. a batch whose ``obs`` is a dict)."""
-    if isinstance(tree, dict):
-        return {k: tree_map(fn, v) for k, v in tree.items()}
-    return fn(tree)
 
 
 def _shared_obs(leading: tuple, spec: ObsSpec) -> dict[str, torch.Tensor]:
@@ -78,9 +83,12 @@ def _shared_obs(leading: tuple, spec: ObsSpec) -> dict[str, torch.Tensor]:
 
 
 def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_size: int, action_dim: int,
-                                action_params_size: int, memory_shape: tuple[int, int] = (0, 0)) -> TrajectoryBuffers:
+                                agent_fields: Mapping[str, FieldSpec] | None = None,
+                                memory_shape: tuple[int, int] = (0, 0), final_obs: bool = False) -> TrajectoryBuffers:
     """Allocate one policy's slots in shared memory; ``obs`` is :func:`sfx.models.obs.obs_spec`;
-    ``memory_shape``: ``(memory_len, memory_width)`` of the model's core (see sfx.models.MemoryCore)."""
+    ``agent_fields``: the acting rule's per-step fields (``ActingRule.fields``); ``memory_shape``:
+    ``(memory_len, memory_width)`` of the model's core (see sfx.models.MemoryCore); ``final_obs``: keep the
+    final observation of time-limit steps (``ActingRule.stores_final_obs``)."""
     n, t = num_slots, rollout
 
     def z(shape, dtype=torch.float32):
@@ -90,17 +98,15 @@ def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_
         obs=_shared_obs((n, t + 1), obs),
         rnn_states=z((n, t + 1, rnn_size)),
         actions=z((n, t, action_dim)),
-        log_probs=z((n, t)),
-        action_params=z((n, t, action_params_size)),
-        values=z((n, t)),
         rewards=z((n, t)),
         terminated=z((n, t), torch.bool),
         truncated=z((n, t), torch.bool),
-        trunc_values=z((n, t)),
         policy_versions=z((n, t), torch.int64),
         active=z((n, t), torch.bool),
         task=z((n,), torch.int64),
         memory=z((n, *memory_shape)),
+        fields={name: z((n, t, *spec.shape), spec.dtype) for name, spec in (agent_fields or {}).items()},
+        final_obs=_shared_obs((n, t), obs) if final_obs else None,
     )
 
 

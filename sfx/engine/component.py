@@ -12,6 +12,9 @@ beats the component's heartbeat), and sets ``stopped`` to end its loop early.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable
+
 
 class Component:
     stopped: bool = False
@@ -32,3 +35,30 @@ class Component:
 
     def finish(self) -> None:
         """Last call, after a stop or a crash."""
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One component: what it is, what it reads, where it runs, how it is built and supervised.
+
+    ``build(w, spec, device, incarnation)`` constructs it in the process that runs it (a module-level
+    function: it travels to that process by reference); ``incarnation`` counts its restarts.
+    """
+
+    role: str
+    index: int
+    policy: int
+    build: Callable[..., Any]
+    inbox: Any                       # the data queue it reads
+    control: Any = None              # its control queue (read first, not behind data), or None
+    device: str = "cpu"              # "cpu", "cuda" or, with several ranks on GPUs, "cuda:LOCAL_RANK"
+    threads: int = 1                 # torch threads in its process
+    pin_core: bool = False           # pinned to core index % cores (with --set_workers_cpu_affinity)
+    pump_inbox: bool = False         # read the inbox through a QueuePump: it must never hang on a locked queue
+    heartbeat_deadline: bool = True  # found hung when it stops beating (a learner's iteration may be long)
+    restartable: bool = True         # restarted when it dies or hangs; else its death stops the run
+    holds_slots: bool = False        # takes trajectory slots (a restart gives back the dead one's)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}_{self.index}"

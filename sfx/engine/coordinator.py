@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from sfx.engine.evaluator import EvaluationPart, check_eval_env
+from sfx.engine.evaluation import EvaluationPart, check_eval_env
 from sfx.experiment.wandb_log import require_wandb
 from sfx.engine.ranks import detect_ranks
 from sfx.engine.rendezvous import meet_ranks
@@ -168,7 +168,7 @@ def run_training(cfg: Any) -> dict:
     """
     from sfx.errors import ConfigError
     from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging
-    from sfx.models import create_actor_critic
+    from sfx.agents import find_agent
 
     ranks = detect_ranks()
     if ranks.is_distributed:
@@ -193,7 +193,8 @@ def run_training(cfg: Any) -> dict:
     try:
         check_observers_available(cfg)
         env_info = probe_env(cfg)
-        model = create_actor_critic(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
+        model = find_agent(cfg.algo).make_model(cfg, env_info.observation_space, env_info.action_space,
+                                                env_info.num_tasks)
         check_checkpoints_fit(cfg, model)
         check_eval_env(cfg, env_info)
         require_wandb(cfg)

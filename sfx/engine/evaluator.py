@@ -1,6 +1,7 @@
 """Evaluation during training: an evaluator component and the coordinator part that schedules it.
 
-Every ``--eval_every_env_steps`` env steps of a policy, the coordinator's :class:`EvaluationPart` asks
+Every ``--eval_every_env_steps`` env steps of a policy, the coordinator's
+:class:`~sfx.engine.evaluation.EvaluationPart` asks
 the evaluator (its own process, one more component; serially in ``--serial_mode``) to evaluate that
 policy: it takes the policy's newest published weights (the same seqlocked buffer policy workers
 read), plays ``--eval_episodes`` episodes on ``--eval_env`` (default: the training env) with
@@ -41,7 +42,7 @@ import numpy as np
 import torch
 
 from sfx.engine.component import Component
-from sfx.engine.protocol import ERROR, EVAL_RESULT, EVALUATE, STOPPED
+from sfx.engine.protocol import EVAL_RESULT, EVALUATE
 from sfx.experiment.videos import as_rgb_frame, gif_bytes, render_fps
 
 log = logging.getLogger(__name__)
@@ -64,37 +65,16 @@ def eval_env_config(cfg: Any, i: int) -> dict:
             "env_id": cfg.num_workers * cfg.num_envs_per_worker + i}
 
 
-def check_eval_env(cfg: Any, env_info: Any) -> None:
-    """Before anything starts: ``--eval_env`` must make an env with the training env's spaces and agents."""
-    from sfx.envs import make_env
-    from sfx.errors import ConfigError
-
-    if cfg.eval_every_env_steps <= 0 or not cfg.eval_env or cfg.eval_env == cfg.env:
-        return
-    try:
-        env = make_env(eval_cfg(cfg), {"worker_index": -1, "vector_index": 0, "env_id": -1})
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any failure to make it is the user's --eval_env
-        raise ConfigError(f"--eval_env={cfg.eval_env!r} could not be made with this run's flags ({type(e).__name__}: "
-                          f"{e}); allowed: an env of the same family as --env={cfg.env}") from None
-    try:
-        got = (env.observation_space, env.action_space, env.num_agents)
-    finally:
-        env.close()
-    want = (env_info.observation_space, env_info.action_space, env_info.num_agents)
-    if got != want:
-        raise ConfigError(f"--eval_env={cfg.eval_env!r} has observation space {got[0]}, action space {got[1]}, "
-                          f"{got[2]} agent(s); --env={cfg.env} has {want[0]}, {want[1]}, {want[2]}: allowed: an env "
-                          f"with the same spaces and number of agents")
-
-
 class Evaluator(Component):
     """Plays evaluation episodes with a policy's newest weights. Messages in: ``EVALUATE`` on its inbox.
     Out: ``EVAL_RESULT`` reports. A component (start / process / tick / finish)."""
 
     def __init__(self, cfg: Any, weights: list, env_info: Any, report_queue: Any, device: torch.device,
-                 make_env_fn: Any = None) -> None:
+                 make_env_fn: Any = None, agent: Any = None) -> None:
+        """``agent``: the run's agent class (its model and acting rule); None = ``cfg.algo``'s."""
+        from sfx.agents import find_agent
+
+        self.agent = agent if agent is not None else find_agent(cfg.algo)
         self.cfg = cfg
         self.weights = weights
         self.env_info = env_info
@@ -109,7 +89,6 @@ class Evaluator(Component):
     def start(self) -> None:
         from sfx.envs import make_env
         from sfx.experiment import best_checkpoint_path, load_checkpoint
-        from sfx.models import create_actor_critic
 
         cfg = eval_cfg(self.cfg)
         make = self.make_env_fn or make_env
@@ -118,8 +97,9 @@ class Evaluator(Component):
                                                                  if i == 0 and self.video_every > 0 else {}))
                      for i in range(self.cfg.eval_num_envs)]
         info = self.env_info
-        self.model = create_actor_critic(self.cfg, info.observation_space, info.action_space,
-                                         info.num_tasks).to(self.device).for_inference()
+        self.model = self.agent.make_model(self.cfg, info.observation_space, info.action_space,
+                                           info.num_tasks).to(self.device).for_inference()
+        self.rule = self.agent.acting_rule(self.cfg, info.action_space)
         self.versions = [-1] * len(self.weights)
         if self.cfg.save_best_metric != "none":
             for p in range(len(self.weights)):
@@ -141,7 +121,7 @@ class Evaluator(Component):
         from sfx.algo.distributions import action_to_env
         from sfx.engine.rollout_worker import env_task_id
         from sfx.envs.registry import env_seed
-        from sfx.models.acting import AgentsActing
+        from sfx.agents.acting import AgentsActing
         from sfx.models.obs import stack_obs
 
         t0 = time.time()
@@ -149,7 +129,7 @@ class Evaluator(Component):
         self.versions[policy] = version
         cfg, n_envs, nap = self.cfg, len(self.envs), self.env_info.num_agents
         quota = [cfg.eval_episodes // n_envs + (1 if i < cfg.eval_episodes % n_envs else 0) for i in range(n_envs)]
-        acting = AgentsActing(self.model, n_envs * nap, self.device, cfg.eval_deterministic)
+        acting = AgentsActing(self.model, self.rule, n_envs * nap, self.device, cfg.eval_deterministic)
         obs = []
         for i, env in enumerate(self.envs):
             seed = env_seed(cfg, eval_env_config(cfg, i))
@@ -257,68 +237,3 @@ class Evaluator(Component):
             except Exception:  # noqa: BLE001 - closing must not hide the real shutdown
                 log.exception("evaluator env close failed")
         self.envs = []
-
-
-class EvaluationPart:
-    """The coordinator loop's part for evaluations: asks the evaluator when a policy's evaluation falls
-    due (only while it is idle; else the evaluation is skipped and counted), and reports its results."""
-
-    def __init__(self, cfg: Any, eval_queue: Any, reporter: Any) -> None:
-        self.cfg = cfg
-        self.queue = eval_queue
-        self.reporter = reporter
-        self.every = int(cfg.eval_every_env_steps)
-        self.next_due: list[int] | None = None
-        self.busy = False
-        self.skipped = [0] * cfg.num_policies
-        self.results: list[dict] = []
-
-    def started(self, start: float) -> None:
-        pass
-
-    def handle(self, reports: list) -> None:
-        for kind, who, payload in reports:
-            if kind == EVAL_RESULT:
-                self.busy = False
-                self._report(int(who), payload)
-            elif kind in (ERROR, STOPPED) and who == EVALUATOR:
-                self.busy = False  # it died mid-evaluation: the supervisor restarts it, the next one is due as usual
-
-    def _report(self, p: int, r: dict) -> None:
-        # the results stay for the run's summary: without the video's bytes (MBs each over a week's run)
-        kept = {k: v for k, v in r.items() if k != "video"}
-        if "video" in r:
-            kept["video"] = {k: v for k, v in r["video"].items() if k != "gif"}
-        self.results.append({"policy": p, **kept})
-        step = r["env_steps"]
-        for tag in ("reward", "len", "policy_version", "episodes", "sec"):
-            self.reporter.summary(p, f"eval/{tag}", r[tag], step)
-        for name, value in r["tasks"].items():
-            self.reporter.summary(p, f"eval/task/{name}/reward", value, step)
-        if "video" in r:
-            self.reporter.video(p, "eval/video", r["video"], step)
-        log.info("evaluation of policy %d at %s env steps (weights version %d): reward %.3f, length %.1f over %d "
-                 "episodes in %.1f s%s", p, f"{step:,}", r["policy_version"], r["reward"], r["len"], r["episodes"],
-                 r["sec"], " (new best: saved)" if r["best"] else "")
-
-    def check(self, now: float) -> None:
-        from sfx.engine.runtime import put_or_raise
-
-        if not self.reporter.all_learners_ready:
-            return None
-        steps = [s.env_steps for s in self.reporter.policies]
-        if self.next_due is None:  # a resumed run evaluates at the next multiple, not at once
-            self.next_due = [(s // self.every + 1) * self.every for s in steps]
-        for p, s in enumerate(steps):
-            if s < self.next_due[p]:
-                continue
-            self.next_due[p] = (s // self.every + 1) * self.every
-            if self.busy:
-                self.skipped[p] += 1
-                self.reporter.summary(p, "eval/skipped", self.skipped[p], s)
-                log.info("policy %d: evaluation due at %s env steps skipped (the previous one still runs; %d skipped so "
-                         "far)", p, f"{s:,}", self.skipped[p])
-                continue
-            put_or_raise(self.queue, [(EVALUATE, {"policy": p, "env_steps": s})], "the evaluator")
-            self.busy = True
-        return None

@@ -1,8 +1,9 @@
 """Policy worker: batched inference for many rollout workers.
 
 It drains every request waiting on its policy's queue, runs one forward pass over all of them,
-writes actions, log-probs, values, distribution parameters and the next recurrent state straight
-into the trajectory slots, and tells each rollout worker how many of its rows are answered.
+lets the agent's acting rule (:class:`~sfx.agents.ActingRule`) pick the actions and the per-step fields
+it stores (APPO: log-probs, values, distribution parameters), writes them and the next recurrent state
+straight into the trajectory slots, and tells each rollout worker how many of its rows are answered.
 Fresh weights are picked up from the policy's :class:`~sfx.engine.buffers.WeightsBuffer` before
 each batch; the version that acted is stored per sample so the learner can measure policy lag.
 """
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sfx.algo.distributions import make_action_distribution
+from sfx.agents import ActingRule
+from sfx.agents.dummy import RandomActingRule
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.protocol import ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, TRAJ
@@ -31,7 +33,7 @@ class PolicyWorker(Component):
     """Messages in (:mod:`sfx.engine.protocol`): ``REQ`` from rollout workers. Out: ``ACT`` to each
     rollout worker's inbox. A component (start / process / tick / finish)."""
 
-    def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: ActorCritic,
+    def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: ActorCritic, rule: ActingRule,
                  traj_buffers: TrajectoryBuffers, agent_buffers: AgentBuffers,
                  weights: WeightsBuffer, rollout_inboxes: list, report_queue: Any,
                  device: torch.device) -> None:
@@ -39,6 +41,7 @@ class PolicyWorker(Component):
         self.policy_id = policy_id
         self.worker_idx = worker_idx
         self.model = model.to(device).for_inference()
+        self.rule = rule
         self.traj = traj_buffers
         self.agents = agent_buffers
         self.weights = weights
@@ -68,7 +71,8 @@ class PolicyWorker(Component):
         rows = np.concatenate([m[3] for m in msgs]) if len(msgs) > 1 else msgs[0][3]
         rows_t = torch.from_numpy(rows)
         slots, ts = rows_t[:, REQ_SLOT], rows_t[:, REQ_T]
-        trunc_mask = rows_t[:, REQ_TRUNC_SLOT] >= 0
+        # a time-limit step's final observation: evaluated here only where the rule stores a value for it
+        trunc_mask = rows_t[:, REQ_TRUNC_SLOT] >= 0 if self.rule.truncation_field else None
         n = len(rows)
         traj, dev = self.traj, self.device
 
@@ -77,7 +81,7 @@ class PolicyWorker(Component):
         # a memory core (Transformer-XL): each row's agent's memory; a truncated episode's last value reads
         # the same agent's memory (this step's entry is written only after the forward pass)
         memory_agents = rows_t[:, REQ_AGENT] if self.model.memory_len else None
-        if bool(trunc_mask.any()):
+        if trunc_mask is not None and bool(trunc_mask.any()):
             trunc_rows = rows_t[trunc_mask]
             agent_idx = trunc_rows[:, REQ_AGENT]
             obs = {k: torch.cat([v, self.agents.final_obs[k][agent_idx]]) for k, v in obs.items()}
@@ -105,23 +109,21 @@ class PolicyWorker(Component):
         with torch.inference_mode():
             out = self.model.forward_step({k: v.to(dev, non_blocking=True) for k, v in obs.items()},
                                           rnn.to(dev, non_blocking=True), tasks, memory)
-            params = out["action_params"][:n]
-            dist = make_action_distribution(self.model.action_space, params)
-            actions = dist.sample()
-            log_probs = dist.log_prob(actions)
-            values = out["values"]
+            acting_out = out if trunc_rows is None else {k: v[:n] for k, v in out.items()}
+            acted = self.rule.act(acting_out, actor_ids=rows_t[:, REQ_AGENT])
             new_rnn = out["new_rnn_states"][:n]
 
-        traj.actions[slots, ts] = actions.float().cpu().reshape(n, -1)
-        traj.log_probs[slots, ts] = log_probs.cpu()
-        traj.action_params[slots, ts] = params.cpu()
-        traj.values[slots, ts] = values[:n].cpu()
+        traj.actions[slots, ts] = acted.actions.cpu()
+        for name, value in acted.fields.items():
+            traj.fields[name][slots, ts] = value.cpu()
         traj.rnn_states[slots, ts + 1] = new_rnn.cpu()
         if memory is not None:
             self.agents.memory[rows_t[:, REQ_AGENT], out["memory_index"][:n].cpu()] = out["memory_entry"][:n].cpu()
         traj.policy_versions[slots, ts] = self.version
         if trunc_rows is not None:
-            traj.trunc_values[trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = values[n:].cpu()
+            values = self.rule.truncation_values({k: v[n:] for k, v in out.items()})
+            traj.fields[self.rule.truncation_field][trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = \
+                values.cpu()
 
         # answer only after every write above: the rollout worker reads the slots right away.
         # One message per rollout worker: waking a process costs more than the payload.
@@ -130,29 +132,6 @@ class PolicyWorker(Component):
             answers.setdefault(worker, []).append((split, len(r)))
         for worker, splits in answers.items():
             self.rollout_inboxes[worker].put((ACT, splits))
-
-
-def random_action_rows(space: Any, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` uniformly random actions of ``space`` as stored in a trajectory slot (``[n, k]`` float32,
-    categorical choices counted from 0: :func:`~sfx.algo.distributions.action_to_env` adds ``start``)."""
-    from gymnasium import spaces
-
-    if isinstance(space, spaces.Discrete):
-        return rng.integers(int(space.n), size=(n, 1)).astype(np.float32)
-    if isinstance(space, spaces.Tuple):
-        return np.concatenate([random_action_rows(s, n, rng) for s in space.spaces], axis=1)
-    if isinstance(space, spaces.MultiDiscrete):
-        nvec = np.asarray(space.nvec, dtype=np.int64).reshape(-1)
-        return (rng.random((n, len(nvec))) * nvec).astype(np.int64).astype(np.float32)
-    if isinstance(space, spaces.Box):
-        low = np.broadcast_to(space.low, space.shape).reshape(-1).astype(np.float64)
-        high = np.broadcast_to(space.high, space.shape).reshape(-1).astype(np.float64)
-        bounded = np.isfinite(low) & np.isfinite(high)
-        # unbounded dimensions get a standard normal, as a fresh Gaussian policy would act
-        rows = rng.standard_normal((n, len(low)))
-        rows[:, bounded] = rng.uniform(low[bounded], high[bounded], size=(n, int(bounded.sum())))
-        return rows.astype(np.float32)
-    raise ValueError(f"no random actions for action space {space!r}")
 
 
 class RandomPolicyWorker(Component):
@@ -171,11 +150,10 @@ class RandomPolicyWorker(Component):
                  free_slots: Any, rollout_inboxes: list, seed: int | None = None) -> None:
         self.policy_id = policy_id
         self.worker_idx = worker_idx
-        self.action_space = action_space
         self.actions = traj_buffers.actions.numpy()
         self.free_slots = free_slots
         self.rollout_inboxes = rollout_inboxes
-        self.rng = np.random.default_rng(None if seed is None else seed * 1000 + 7 * policy_id + worker_idx)
+        self.rule = RandomActingRule(action_space, None if seed is None else seed * 1000 + 7 * policy_id + worker_idx)
 
     def process(self, msgs: list) -> None:
         answers: dict[int, list[tuple[int, int]]] = {}
@@ -184,7 +162,7 @@ class RandomPolicyWorker(Component):
                 self.free_slots.put_many(list(msg[1]))
                 continue
             _, worker, split, rows = msg
-            self.actions[rows[:, REQ_SLOT], rows[:, REQ_T]] = random_action_rows(self.action_space, len(rows), self.rng)
+            self.actions[rows[:, REQ_SLOT], rows[:, REQ_T]] = self.rule.random_rows(len(rows))
             answers.setdefault(worker, []).append((split, len(rows)))
         for worker, splits in answers.items():
             self.rollout_inboxes[worker].put((ACT, splits))

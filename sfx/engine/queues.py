@@ -193,3 +193,21 @@ class QueuePump:
     def close(self) -> None:
         """Stop the readers (a reader stuck on a locked queue stays stuck: it is a daemon thread)."""
         self._closed.set()
+
+
+class LockedQueueError(RuntimeError):
+    """A shared queue stays locked: a process died or froze inside one of its operations."""
+
+
+def put_or_raise(q: Any, items: list, what: str, timeout_sec: float = 5.0) -> None:
+    """``q.put_many(items)`` from a helper thread: the coordinator must never hang on a queue that a
+    killed process left locked (the thread is abandoned and the run stops instead)."""
+    done = threading.Event()
+
+    def put() -> None:
+        q.put_many(items)
+        done.set()
+
+    threading.Thread(target=put, daemon=True, name=f"put {what}").start()
+    if not done.wait(timeout_sec):
+        raise LockedQueueError(f"the queue of {what} stayed locked for {timeout_sec:.0f} s")

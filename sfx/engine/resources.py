@@ -8,11 +8,11 @@ import math
 import os
 import resource
 import shutil
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from sfx.cfg import ConfigError
+from sfx.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -22,14 +22,20 @@ FDS_PER_ENV = 16    # generous: env processes, pipes, shared tensors passed to e
 FDS_BASE = 1024
 
 
-def trajectory_buffer_bytes(obs_spec: dict, rollout: int, rnn_size: int, action_dim: int, params_size: int,
-                            num_slots: int, num_policies: int, num_agents_total: int, memory_floats: int = 0) -> int:
+def trajectory_buffer_bytes(obs_spec: dict, rollout: int, rnn_size: int, action_dim: int,
+                            agent_fields: Mapping[str, Any] | None, num_slots: int, num_policies: int,
+                            num_agents_total: int, memory_floats: int = 0, final_obs: bool = False) -> int:
     """Bytes of shared memory :func:`sfx.engine.buffers.allocate_trajectory_buffers` and the agent
-    buffers will take (``obs_spec``: key -> (shape, dtype); ``memory_floats``: a memory core's
-    ``memory_len * memory_width``, held once per slot and once per agent)."""
+    buffers will take (``obs_spec``: key -> (shape, dtype); ``agent_fields``: the acting rule's per-step
+    fields, name -> :class:`~sfx.agents.FieldSpec`; ``memory_floats``: a memory core's
+    ``memory_len * memory_width``, held once per slot and once per agent; ``final_obs``: the slots keep
+    the final observation of time-limit steps)."""
     obs_bytes = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in obs_spec.values())
-    per_slot = ((rollout + 1) * (obs_bytes + 4 * rnn_size)
-                + rollout * (4 * action_dim + 4 * params_size + 4 * 5 + 8 + 3) + 8 + 4 * memory_floats)
+    # actions, rewards, policy versions; terminated, truncated, active
+    fixed_step = 4 * action_dim + 4 + 8 + 3
+    agent_step = sum(spec.bytes_per_step for spec in (agent_fields or {}).values())
+    per_slot = ((rollout + 1) * (obs_bytes + 4 * rnn_size) + rollout * (fixed_step + agent_step)
+                + (rollout * obs_bytes if final_obs else 0) + 8 + 4 * memory_floats)
     agents = num_agents_total * (obs_bytes + 4 * rnn_size + 4 * memory_floats)
     return per_slot * num_slots * num_policies + agents
 

@@ -313,6 +313,10 @@ class RolloutWorker(Component):
                 self._write_obs(self.final_obs, g, info["final_obs"], buf["actions"][slot, t], reward)
                 self.final_rnn[g] = buf["rnn_states"][slot, t + 1]
                 self.trunc_slot[a], self.trunc_t[a] = slot, t
+                if "final_obs" in buf:
+                    # the agent's rule keeps it in the slot: a target computed later, with other weights,
+                    # bootstraps from the state the episode would have continued from
+                    self._write_obs(buf["final_obs"], (slot, t), info["final_obs"], buf["actions"][slot, t], reward)
             buf["rnn_states"][slot, t + 1] = self.init_rnn
             if self.num_policies > 1:
                 self.repick_policy[a] = True

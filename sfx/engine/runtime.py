@@ -25,8 +25,9 @@ import torch
 
 from sfx.engine.data_parallel import RankLost
 from sfx.engine.protocol import ERROR, RANK_LOST, RESEND, STOPPED
-from sfx.engine.queues import QueuePump, drain
-from sfx.engine.wiring import ComponentSpec, Wiring
+from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - LockedQueueError: users import it here
+from sfx.engine.component import ComponentSpec
+from sfx.engine.wiring import Wiring
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +37,6 @@ PARENT_CHECK_SEC = 0.5
 # a component looks at its control queue at most this often (an empty read costs ~3 us, and a
 # rollout worker's loop turns thousands of times a second)
 CONTROL_POLL_SEC = 0.01
-
-
-class LockedQueueError(RuntimeError):
-    """A shared queue stays locked: a process died or froze inside one of its operations."""
-
-
-def put_or_raise(q: Any, items: list, what: str, timeout_sec: float = 5.0) -> None:
-    """``q.put_many(items)`` from a helper thread: the coordinator must never hang on a queue that a
-    killed process left locked (the thread is abandoned and the run stops instead)."""
-    done = threading.Event()
-
-    def put() -> None:
-        q.put_many(items)
-        done.set()
-
-    threading.Thread(target=put, daemon=True, name=f"put {what}").start()
-    if not done.wait(timeout_sec):
-        raise LockedQueueError(f"the queue of {what} stayed locked for {timeout_sec:.0f} s")
 
 
 def give_back_slots(w: Wiring, worker_index: int) -> int:

@@ -12,7 +12,7 @@ import time
 from typing import Any, NamedTuple
 
 from sfx.engine.protocol import ERROR, RANK_LOST, RANKS_STOPPED, STOP_LEARNING
-from sfx.engine.runtime import LockedQueueError, put_or_raise
+from sfx.engine.queues import LockedQueueError, put_or_raise
 from sfx.engine.stats import reward_target_reached
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,10 @@ from typing import Any, Callable
 
 import torch
 
+from sfx.agents import Agent, find_agent
 from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, allocate_agent_buffers,
                                 allocate_trajectory_buffers, num_trajectory_slots)
-from sfx.engine.learner import trajectories_per_iteration
+from sfx.engine.component import ComponentSpec
 from sfx.engine.queues import LocalQueue, SwitchableQueue, make_process_queue
 from sfx.engine.resources import check_shared_memory, trajectory_buffer_bytes
 from sfx.models.device import select_device
@@ -56,33 +57,6 @@ class EnvInfo:
 
 
 @dataclass(frozen=True)
-class ComponentSpec:
-    """One component: what it is, what it reads, where it runs, how it is built and supervised.
-
-    ``build(w, spec, device, incarnation)`` constructs it in the process that runs it (a module-level
-    function: it travels to that process by reference); ``incarnation`` counts its restarts.
-    """
-
-    role: str
-    index: int
-    policy: int
-    build: Callable[..., Any]
-    inbox: Any                       # the data queue it reads
-    control: Any = None              # its control queue (read first, not behind data), or None
-    device: str = "cpu"              # "cpu", "cuda" or, with several ranks on GPUs, "cuda:LOCAL_RANK"
-    threads: int = 1                 # torch threads in its process
-    pin_core: bool = False           # pinned to core index % cores (with --set_workers_cpu_affinity)
-    pump_inbox: bool = False         # read the inbox through a QueuePump: it must never hang on a locked queue
-    heartbeat_deadline: bool = True  # found hung when it stops beating (a learner's iteration may be long)
-    restartable: bool = True         # restarted when it dies or hangs; else its death stops the run
-    holds_slots: bool = False        # takes trajectory slots (a restart gives back the dead one's)
-
-    @property
-    def name(self) -> str:
-        return f"{self.role}_{self.index}"
-
-
-@dataclass(frozen=True)
 class Wiring:
     """Everything shared between components. Built once by :func:`wire`, never changed after."""
 
@@ -104,6 +78,7 @@ class Wiring:
     make_env_fn: Any = None                # rollout workers' env factory; None = sfx.envs.make_env
     ranks: Any = None                      # this rank's RankInfo (sfx.engine.ranks); None = a single rank
     eval_queue: Any = None                 # EVALUATE requests -> the evaluator (--eval_every_env_steps > 0)
+    agent: type[Agent] | None = None       # --algo's agent (travels to worker processes by reference)
 
     def spec(self, role: str, index: int) -> ComponentSpec:
         for s in self.components:
@@ -182,32 +157,42 @@ def build_rollout_worker(w: Wiring, spec: ComponentSpec, device: torch.device, i
                          initial_rnn_state=w.agents.initial_rnn)
 
 
-def _seeded_model(w: Wiring, policy: int):
-    from sfx.models import create_actor_critic
+def wiring_agent(w: Wiring) -> type[Agent]:
+    """The run's agent, registered in this process too (a worker process gets the coordinator's)."""
+    from sfx.agents import ensure_registered
 
+    if w.agent is None:
+        return find_agent(w.cfg.algo)
+    ensure_registered(w.agent)
+    return w.agent
+
+
+def _seeded_model(w: Wiring, policy: int):
     if w.cfg.seed is not None:
         torch.manual_seed(w.cfg.seed * 1000 + policy)
-    return create_actor_critic(w.cfg, w.env_info.observation_space, w.env_info.action_space, w.env_info.num_tasks)
+    return wiring_agent(w).make_model(w.cfg, w.env_info.observation_space, w.env_info.action_space,
+                                      w.env_info.num_tasks)
 
 
 def build_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
     from sfx.engine.policy_worker import PolicyWorker
 
-    return PolicyWorker(w.cfg, spec.policy, spec.index, _seeded_model(w, spec.policy), w.traj[spec.policy], w.agents,
-                        w.weights[spec.policy], list(w.rollout_inboxes), w.report_queue, device)
+    rule = wiring_agent(w).acting_rule(w.cfg, w.env_info.action_space)
+    return PolicyWorker(w.cfg, spec.policy, spec.index, _seeded_model(w, spec.policy), rule, w.traj[spec.policy],
+                        w.agents, w.weights[spec.policy], list(w.rollout_inboxes), w.report_queue, device)
 
 
 def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
     from sfx.engine.learner import Learner
 
-    return Learner(w.cfg, spec.policy, _seeded_model(w, spec.policy), w.traj[spec.policy], w.weights[spec.policy],
-                   w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks)
+    return Learner(w.cfg, spec.policy, wiring_agent(w), _seeded_model(w, spec.policy), w.traj[spec.policy],
+                   w.weights[spec.policy], w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks)
 
 
 def build_evaluator(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
     from sfx.engine.evaluator import Evaluator
 
-    return Evaluator(w.cfg, list(w.weights), w.env_info, w.report_queue, device)
+    return Evaluator(w.cfg, list(w.weights), w.env_info, w.report_queue, device, agent=wiring_agent(w))
 
 
 def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
@@ -248,8 +233,10 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
     are sized for it); without learners (``with_learners=False``, the dummy sampler) finished
     trajectories go to the policy's request queue, whose reader frees their slots.
     """
-    from sfx.algo.distributions import action_params_size, action_shape
+    from sfx.algo.distributions import action_shape
 
+    agent = find_agent(cfg.algo)
+    rule = agent.acting_rule(cfg, env_info.action_space)
     obs_space, action_space = env_info.observation_space, env_info.action_space
     num_agents_total = cfg.num_workers * cfg.num_envs_per_worker * env_info.num_agents
     rnn_size = max(1, model.rnn_state_size)
@@ -257,19 +244,19 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
     # never train again)
     sized_for = copy.copy(cfg)
     sized_for.batch_size = max(cfg.batch_size, largest_batch_size or 0)
-    num_slots = num_trajectory_slots(num_agents_total, trajectories_per_iteration(sized_for),
+    num_slots = num_trajectory_slots(num_agents_total, agent.trajectories_per_iteration(sized_for),
                                      cfg.traj_buffers_excess_ratio, serial)
     spec = obs_spec(obs_space)
     if cfg.use_prev_action_reward:
         spec.update(prev_action_reward_spec(action_shape(action_space)))
     memory_shape = (int(model.memory_len), int(model.memory_width)) if model.memory_len else (0, 0)
-    shm_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space),
-                                        action_params_size(action_space), num_slots, cfg.num_policies,
-                                        num_agents_total, memory_shape[0] * memory_shape[1])
+    shm_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space), rule.fields,
+                                        num_slots, cfg.num_policies, num_agents_total,
+                                        memory_shape[0] * memory_shape[1], rule.stores_final_obs)
     if not serial:
         check_shared_memory(shm_bytes)
     traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size, action_shape(action_space),
-                                             action_params_size(action_space), memory_shape)
+                                             rule.fields, memory_shape, rule.stores_final_obs)
                  for _ in range(cfg.num_policies))
     agents = allocate_agent_buffers(num_agents_total, spec, rnn_size, memory_shape)
     if model.memory_len:
@@ -305,7 +292,7 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                rollout_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_workers)),
                report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks,
                eval_queue=(queue(CONTROL_QUEUE_BYTES) if with_learners and cfg.eval_every_env_steps > 0
-                           and (ranks is None or ranks.is_main) else None))
+                           and (ranks is None or ranks.is_main) else None), agent=_portable_agent(agent))
     w = dataclasses.replace(w, components=tuple(components(w)))
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w
@@ -326,6 +313,19 @@ def _portable_family(env_name: str) -> Any:
         log.debug("env family %r cannot be pickled; workers register it through their imports", family.prefix)
         return None
     return family
+
+
+def _portable_agent(agent: type[Agent]) -> type[Agent] | None:
+    """The agent if its class can travel to worker processes (by reference); else None, and the workers
+    rely on the registration their imports perform."""
+    import pickle
+
+    try:
+        pickle.dumps(agent)
+    except Exception:
+        log.debug("agent %r cannot be pickled; workers find it through their imports", agent.name)
+        return None
+    return agent
 
 
 def build_component(w: Wiring, role: str, index: int, policy: int, device: torch.device, incarnation: int = 0):

@@ -31,7 +31,7 @@ import torch.nn as nn
 from sfx.algo.aux_losses import (frame_targets, future_mask, future_prediction_loss, reconstruction_loss,
                                  sample_horizons, sample_start_times)
 from sfx.algo.distributions import UnsupportedActionSpaceError, action_shape, categorical_sizes
-from sfx.cfg import ConfigError
+from sfx.errors import ConfigError
 from sfx.models.encoders import (NONLINEARITIES, DictEncoder, ImageEncoder, ResidualBlock, chw_shape,
                                  init_weights, is_channels_last, make_nonlinearity)
 from sfx.models.obs import BOX_KEY

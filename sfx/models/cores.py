@@ -20,7 +20,14 @@ says; a trajectory slot stores only the memory as it was before the slot's first
 learner's ``forward_sequence`` receives. The small state row still carries what an episode start
 resets (for Transformer-XL: how many entries belong to the episode), so resets work as for any core.
 
-Both start episodes from zeros. ``forward_sequence`` must give exactly what stepping one
+Callers (``sfx.models.trunk.Trunk``) use one signature for every core, memory or not:
+``step(x, states, memory=None) -> CoreStep(out, states, memory_entry)`` and
+``unroll(x, states, resets, memory=None) -> out``, which :class:`Core` and :class:`MemoryCore` implement
+once over the methods a core writes (``forward_step`` / ``forward_sequence``, with or without ``memory``).
+``make_core`` hands out only :class:`Core` instances: a registered core that does not subclass it is
+wrapped (:class:`ForeignCore`), its state-dict keys unchanged.
+
+Both built-in RNNs start episodes from zeros. ``forward_sequence`` must give exactly what stepping one
 observation at a time gives, with the state replaced by ``initial_state`` before every step whose
 ``resets`` flag is set. For GRU/LSTM, without resets after the first step it is one cuDNN-style
 call over the whole sequence. With resets inside, each row is cut into segments at its resets and
@@ -31,16 +38,24 @@ starting at a reset starts from the initial state, a row's first segment from th
 from __future__ import annotations
 
 from numbers import Integral
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import PackedSequence
 
-from sfx.cfg import ConfigError
+from sfx.errors import ConfigError
 from sfx.cfg.core_names import BUILTIN_CORES, add_core_name, check_rnn_type, core_names, remove_core_name
 
 RNN_TYPES = ("gru", "lstm")  # the torch.nn recurrent cores RnnCore wraps
+
+
+class CoreStep(NamedTuple):
+    """One step of a core for ``B`` agents (:meth:`Core.step`)."""
+
+    out: torch.Tensor                  # [B, out_size]
+    states: torch.Tensor               # [B, S] the state after the step
+    memory_entry: torch.Tensor | None  # [B, memory_width] to write at memory_index(states before); None: no memory
 
 
 class Core(nn.Module):
@@ -61,6 +76,8 @@ class Core(nn.Module):
       ``initial_state``. Must equal ``T`` calls of ``forward_step`` with those resets; the default
       here is that loop, so a core needs only ``forward_step`` to be correct and overrides
       ``forward_sequence`` to be fast.
+
+    Callers use :meth:`step` and :meth:`unroll` (the same for a :class:`MemoryCore`), not the two above.
     """
 
     out_size: int
@@ -92,6 +109,18 @@ class Core(nn.Module):
             out, states = self.forward_step(x[:, t], states)
             outs.append(out)
         return torch.stack(outs, dim=1)
+
+    def step(self, x: torch.Tensor, states: torch.Tensor, memory: torch.Tensor | None = None) -> CoreStep:
+        """The one step signature of every core: ``x [B, F]``, ``states [B, S]``, ``memory [B, M, W]`` (a core
+        with a memory only; else None) -> :class:`CoreStep` (``memory_entry`` None without a memory)."""
+        out, new_states = self.forward_step(x, states)
+        return CoreStep(out, new_states, None)
+
+    def unroll(self, x: torch.Tensor, states: torch.Tensor, resets: torch.Tensor,
+               memory: torch.Tensor | None = None) -> torch.Tensor:
+        """The one sequence signature of every core: ``x [B, T, F]``, ``states [B, S]`` (and ``memory``) as before
+        step 0, ``resets [B, T]`` -> ``out [B, T, out_size]``."""
+        return self.forward_sequence(x, states, resets)
 
 
 class MemoryCore(Core):
@@ -129,6 +158,88 @@ class MemoryCore(Core):
             memory = memory.index_put((rows, index), entry.to(memory.dtype))
             outs.append(out)
         return torch.stack(outs, dim=1)
+
+    def step(self, x: torch.Tensor, states: torch.Tensor, memory: torch.Tensor | None = None) -> CoreStep:
+        """:meth:`Core.step` with the memory this core needs (``[B, memory_len, memory_width]``)."""
+        return CoreStep(*self.forward_step(x, states, _needed(memory, self)))
+
+    def unroll(self, x: torch.Tensor, states: torch.Tensor, resets: torch.Tensor,
+               memory: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`Core.unroll` with the memory before step 0 (``[B, memory_len, memory_width]``)."""
+        return self.forward_sequence(x, states, resets, _needed(memory, self))
+
+
+def _needed(memory: torch.Tensor | None, core: nn.Module) -> torch.Tensor:
+    if memory is None:
+        raise ValueError(f"{type(core).__name__} keeps a per-agent memory: pass memory [B, {core.memory_len}, "
+                         f"{core.memory_width}]")
+    return memory
+
+
+class ForeignCore(Core):
+    """A registered core that does not subclass :class:`Core` (the duck-typed interface ``register_core``
+    accepts), or declares a memory without subclassing :class:`MemoryCore`: it gets :meth:`Core.step` and
+    :meth:`Core.unroll`, calling its ``forward_step`` / ``forward_sequence`` with a memory exactly when its
+    ``memory_len`` is > 0 (how the actor-critic called every core before cores had one signature).
+
+    Transparent: its state-dict keys are the wrapped module's own (checkpoints read and write the same
+    names; only ``named_parameters`` shows the ``inner.`` level), other attributes are looked up on it,
+    and ``forward_step`` / ``forward_sequence`` / ``initial_state`` / ``memory_index`` are its.
+
+    Attributes:
+        inner: the wrapped module.
+    """
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.out_size, self.state_size = int(inner.out_size), int(inner.state_size)
+        self.memory_len = int(getattr(inner, "memory_len", 0))
+        self.memory_width = int(getattr(inner, "memory_width", 0))
+        self.register_state_dict_post_hook(_drop_inner_prefix)
+        self.register_load_state_dict_pre_hook(_add_inner_prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "_modules" or "inner" not in self.__dict__.get("_modules", {}):
+                raise
+            return getattr(self._modules["inner"], name)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:
+        return self.inner.initial_state(batch_size, device)
+
+    def memory_index(self, states: torch.Tensor) -> torch.Tensor:
+        return self.inner.memory_index(states)
+
+    def forward_step(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.inner.forward_step(*args)
+
+    def forward_sequence(self, *args: torch.Tensor) -> torch.Tensor:
+        return self.inner.forward_sequence(*args)
+
+    def step(self, x: torch.Tensor, states: torch.Tensor, memory: torch.Tensor | None = None) -> CoreStep:
+        if self.memory_len:
+            return MemoryCore.step(self, x, states, memory)  # type: ignore[arg-type]
+        return super().step(x, states, memory)
+
+    def unroll(self, x: torch.Tensor, states: torch.Tensor, resets: torch.Tensor,
+               memory: torch.Tensor | None = None) -> torch.Tensor:
+        if self.memory_len:
+            return MemoryCore.unroll(self, x, states, resets, memory)  # type: ignore[arg-type]
+        return super().unroll(x, states, resets, memory)
+
+
+def _drop_inner_prefix(module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:
+    # the entries are the last written so far: popping and re-adding them keeps the state dict's order
+    for key in [k for k in state_dict if k.startswith(prefix + "inner.")]:
+        state_dict[prefix + key[len(prefix) + len("inner."):]] = state_dict.pop(key)
+
+
+def _add_inner_prefix(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(prefix + "inner.")]:
+        state_dict[prefix + "inner." + key[len(prefix):]] = state_dict.pop(key)
 
 
 class IdentityCore(Core):
@@ -232,7 +343,7 @@ class RnnCore(Core):
         return out.data[packed_idx].reshape(B, T, self.hidden_size)
 
 
-CoreFactory = Callable[[Any, int], nn.Module]
+CoreFactory = Callable[[Any, int], nn.Module]  # returns a Core (or a module with its interface)
 
 _core_factories: dict[str, CoreFactory] = {}
 
@@ -241,8 +352,10 @@ def register_core(name: str, factory: CoreFactory) -> None:
     """Make ``--rnn_type=name`` (with ``--use_rnn``) build ``factory(cfg, input_size)``.
 
     The factory returns a core: an ``nn.Module`` with the :class:`Core` interface (subclassing
-    ``Core`` gives ``initial_state`` and a reference ``forward_sequence``), an integer
-    ``out_size > 0`` and ``state_size >= 0``. ``input_size`` is the encoder's ``out_size``.
+    ``Core`` gives ``initial_state``, a reference ``forward_sequence`` and the callers' ``step`` /
+    ``unroll``; a module that does not subclass it is wrapped in :class:`ForeignCore`), an integer
+    ``out_size > 0`` and ``state_size >= 0``. ``input_size`` is the encoder's ``out_size`` (plus the
+    previous action and reward with ``--use_prev_action_reward``).
     Registering a name again replaces the earlier factory (a built-in name too). Worker processes
     need the registration as well: do it at import time of a module they import (e.g. one named in
     ``SFX_EXTRA_ENV_MODULES``), as for custom envs and encoders.
@@ -277,16 +390,16 @@ def _rnn_factory(rnn_type: str) -> CoreFactory:
     return factory
 
 
-def _trxl_factory(cfg: Any, input_size: int) -> nn.Module:
-    from sfx.models.trxl import trxl_factory  # its own module; it builds on MemoryCore from this one
+def register_builtin_core(name: str, factory: CoreFactory) -> None:
+    """A built-in core (``unregister_core`` brings its factory back). Transformer-XL registers itself from
+    its own module (:mod:`sfx.models.trxl`, imported by the package), which builds on this one."""
+    _BUILTIN_FACTORIES[name] = factory
+    register_core(name, factory)
 
-    return trxl_factory(cfg, input_size)
 
-
-_BUILTIN_FACTORIES: dict[str, CoreFactory] = {name: _rnn_factory(name) for name in ("gru", "lstm")}
-_BUILTIN_FACTORIES["trxl"] = _trxl_factory
-for _name, _factory in _BUILTIN_FACTORIES.items():
-    register_core(_name, _factory)
+_BUILTIN_FACTORIES: dict[str, CoreFactory] = {}
+for _name in ("gru", "lstm"):
+    register_builtin_core(_name, _rnn_factory(_name))
 
 
 def _check_core(core: Any, name: str) -> None:
@@ -305,9 +418,11 @@ def _check_core(core: Any, name: str) -> None:
                           f"memory_index, see sfx.models.MemoryCore)")
 
 
-def make_core(cfg: Any, input_size: int) -> nn.Module:
+def make_core(cfg: Any, input_size: int) -> Core:
     """Identity when ``cfg.use_rnn`` is False, else the core registered as ``cfg.rnn_type``
-    (built-ins: a GRU/LSTM of ``cfg.hidden_size``, ``cfg.rnn_num_layers`` deep).
+    (built-ins: a GRU/LSTM of ``cfg.hidden_size``, ``cfg.rnn_num_layers`` deep). Always a :class:`Core`
+    (a registered module that does not subclass it, or a ``Core`` with a memory that is not a ``MemoryCore``,
+    comes wrapped in :class:`ForeignCore`).
 
     Raises:
         ConfigError: ``rnn_type`` names no registered core (the message lists the allowed names),
@@ -319,4 +434,7 @@ def make_core(cfg: Any, input_size: int) -> nn.Module:
     check_rnn_type(name)
     core = _core_factories[name](cfg, input_size)
     _check_core(core, name)
-    return core
+    # today's dispatch was on memory_len alone: a module whose class would call the other forward_step form is
+    # wrapped (e.g. a Core subclass with a memory that does not subclass MemoryCore)
+    native = isinstance(core, Core) and isinstance(core, MemoryCore) == bool(getattr(core, "memory_len", 0))
+    return core if native else ForeignCore(core)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from sfx.cfg import ConfigError
+from sfx.errors import ConfigError
 from sfx.models.precision import encoder_uses_bf16
 
 NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}

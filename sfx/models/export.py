@@ -77,16 +77,18 @@ class ActingModel(nn.Module):
         input_names, output_names: the graph's names, in order.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, rule: Any = None) -> None:
+        """``rule``: the agent's acting rule; its ``mode_actions`` gives the ``actions`` output (only
+        ``forward`` needs it)."""
         super().__init__()
         self.model = model
+        self.rule = rule
         self.obs_keys = list(obs_spec(model.obs_space))
         if model.prev_action_reward:
             self.obs_keys += [PREV_ACTION_KEY, PREV_REWARD_KEY]
         self.has_memory = bool(model.memory_len)
         # PopArt's several value outputs need each row's task; otherwise the model reads no task
         self.has_tasks = model.popart is not None and model.num_tasks > 1
-        self._sizes = categorical_sizes(model.action_space)
         self.input_names = self.obs_keys + ["rnn_states"] + (["memory"] if self.has_memory else []) + (
             ["tasks"] if self.has_tasks else [])
         self.output_names = list(OUTPUT_NAMES if self.has_memory else OUTPUT_NAMES[:4])
@@ -102,13 +104,8 @@ class ActingModel(nn.Module):
         memory = inputs[n + 1] if self.has_memory else None
         tasks = inputs[-1] if self.has_tasks else None
         out = self.model.forward_step(obs, rnn_states, tasks, memory)
-        params = out["action_params"]
-        if self._sizes is None:
-            actions = params[:, :params.shape[1] // 2]  # DiagGaussian's mode: the mean
-        else:  # Categorical's mode: the argmax of the log-probabilities, per head
-            actions = torch.cat([torch.log_softmax(logits, dim=-1).argmax(dim=-1, keepdim=True)
-                                 for logits in torch.split(params, self._sizes, dim=-1)], dim=1)
-        result = (actions, params, out["values"], out["new_rnn_states"])
+        actions = self.rule.mode_actions(out)  # the same deterministic actions sfx.enjoy --deterministic takes
+        result = (actions, out["action_params"], out["values"], out["new_rnn_states"])
         if self.has_memory:
             result += (out["memory_entry"], out["memory_index"])
         return result
@@ -160,10 +157,10 @@ def action_space_spec(space: gym.Space) -> dict:
     return {"type": "Tuple", "spaces": heads, "to_env": "a tuple: actions[b, i] + spaces[i].start"}
 
 
-def export_spec(model: nn.Module, fmt: str, file_name: str, batch_size: int = 2) -> dict:
+def export_spec(model: nn.Module, fmt: str, file_name: str, batch_size: int = 2, rule: Any = None) -> dict:
     """The JSON written beside an exported model: its inputs and outputs (names, shapes with ``"batch"``,
-    dtypes), the initial state, the action space and how to step."""
-    acting = ActingModel(model)
+    dtypes), the initial state, the action space and how to step (``rule``: the agent's acting rule)."""
+    acting = ActingModel(model, rule)
     inputs = example_inputs(model, batch_size)
     with torch.no_grad():
         outputs = acting(*inputs)
@@ -205,19 +202,22 @@ def export_spec(model: nn.Module, fmt: str, file_name: str, batch_size: int = 2)
 
 
 def export_model(model: nn.Module, path: str | Path, fmt: str = "onnx", metadata: dict | None = None,
-                 batch_size: int = 2) -> dict:
+                 batch_size: int = 2, rule: Any = None) -> dict:
     """Write ``model`` (an ``ActorCritic``, float32 on the CPU, eval mode) to ``path`` in ``fmt``
     (``onnx`` | ``torchscript``) and its spec to ``path`` with the suffix ``.json``.
 
-    ``metadata``: extra JSON fields (the experiment, the checkpoint). Returns the spec.
+    ``rule``: the agent's acting rule (``sfx.agents.ActingRule``), whose ``mode_actions`` gives the graph's
+    ``actions``. ``metadata``: extra JSON fields (the experiment, the checkpoint). Returns the spec.
     """
+    if rule is None:
+        raise ValueError("export_model needs the agent's acting rule (rule=find_agent(cfg.algo).acting_rule(...))")
     if fmt not in EXPORT_FORMATS:
         raise ConfigError(f"--format={fmt} is not known; allowed: {', '.join(EXPORT_FORMATS)}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # a copy without gradients: traced outputs would otherwise require grad, and the caller's model keeps its mode
     model = copy.deepcopy(model).cpu().eval().requires_grad_(False)
-    acting = ActingModel(model).eval()
+    acting = ActingModel(model, rule).eval()
     inputs = example_inputs(model, batch_size)
     if fmt == "onnx":
         _export_onnx(acting, inputs, path)
@@ -226,7 +226,7 @@ def export_model(model: nn.Module, path: str | Path, fmt: str = "onnx", metadata
             _quiet_tracing()
             traced = torch.jit.trace(acting, inputs, check_trace=False)
         traced.save(str(path))
-    spec = {**export_spec(model, fmt, path.name, batch_size), **(metadata or {})}
+    spec = {**export_spec(model, fmt, path.name, batch_size, rule), **(metadata or {})}
     json_path = path.with_suffix(".json")
     json_path.write_text(_to_json(spec) + "\n")
     return spec

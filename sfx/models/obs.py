@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sfx.cfg import ConfigError
+from sfx.errors import ConfigError
 
 BOX_KEY = "obs"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from sfx.cfg import ConfigError
+from sfx.errors import ConfigError
 from sfx.models.device import select_device
 
 log = logging.getLogger(__name__)

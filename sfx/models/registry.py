@@ -26,7 +26,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import torch.nn as nn
 
-from sfx.cfg import ConfigError
+from sfx.errors import ConfigError
 
 EncoderFactory = Callable[[Any, gym.Space], nn.Module]
 

@@ -45,7 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sfx.errors import ConfigError
-from sfx.models.cores import MemoryCore
+from sfx.models.cores import MemoryCore, register_builtin_core
 
 TRXL_GATES = ("none", "gru")
 
@@ -263,3 +263,6 @@ def trxl_factory(cfg, input_size: int) -> TransformerXLCore:
     ``--mem_len``, ``--trxl_dropout``, ``--trxl_gate``."""
     return TransformerXLCore(input_size, cfg.hidden_size, cfg.n_layer, cfg.n_heads, cfg.d_head, cfg.d_inner,
                              cfg.mem_len, cfg.trxl_dropout, cfg.trxl_gate)
+
+
+register_builtin_core("trxl", trxl_factory)

@@ -30,6 +30,7 @@ import math
 import random
 from typing import Any, Callable
 
+from sfx.agents import find_agent
 from sfx.engine.protocol import PBT_SNAPSHOT, PBT_UPDATE, SHAPING
 from sfx.pbt.mutation import ParamSpec, batch_size_choices, mutate, select_replacement
 
@@ -39,15 +40,11 @@ SHAPING_PREFIX = "shaping/"
 
 
 def hyperparameter_specs(cfg: Any, shaping: dict[str, float] | None) -> list[ParamSpec]:
-    """What PBT mutates for this cfg: bounds wide enough to matter, narrow enough to stay sane."""
-    specs = [
-        ParamSpec("learning_rate", cfg.learning_rate, 1e-6, 1e-2),
-        ParamSpec("exploration_loss_coeff", cfg.exploration_loss_coeff, 1e-6, 0.1),
-        ParamSpec("value_loss_coeff", cfg.value_loss_coeff, 0.01, 5.0),
-        ParamSpec("max_grad_norm", cfg.max_grad_norm, 0.1, 100.0),
-        ParamSpec("ppo_clip_ratio", cfg.ppo_clip_ratio, 0.02, 0.5),
-        ParamSpec("ppo_clip_value", cfg.ppo_clip_value, 0.01, 20.0),
-    ]
+    """What PBT mutates for this cfg (the agent declares its hyperparameters; gamma, the batch size and the
+    env's reward shaping where asked): bounds wide enough to matter, narrow enough to stay sane."""
+    # the agent's own (APPO: learning rate, loss coefficients, gradient and PPO clips)
+    specs = [ParamSpec(name, getattr(cfg, name), low, high)
+             for name, (low, high) in find_agent(cfg.algo).pbt_hyperparameters(cfg).items()]
     if cfg.pbt_optimize_gamma:
         specs.append(ParamSpec("gamma", cfg.gamma, 0.9, 0.9999, complement=True))
     if cfg.pbt_optimize_batch_size:

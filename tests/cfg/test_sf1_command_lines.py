@@ -252,7 +252,7 @@ def expected_values(parser: argparse.ArgumentParser, argv: list[str]) -> dict[st
 def check_parsed(line: Sf1Line, tmp: Path, drop: tuple[str, ...] = ()) -> argparse.Namespace:
     args, appended = scaled(line, tmp, drop)
     cfg = parse_args(args + appended, resume=False)
-    parser = build_parser(cfg.env)
+    parser = build_parser(cfg.env, argv=args + appended)  # --algo picks the agent flags
     given = expected_values(parser, args)
     wins = expected_values(parser, appended)
     for dest, value in {**given, **wins}.items():

@@ -7,8 +7,8 @@ import torch.distributed as dist
 
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.engine.data_parallel import GradientGroup
-from sfx.engine.learner import (NonFiniteBatch, learning_step, make_optimizer,
-                                running_advantage_normalization)
+from sfx.agents import NonFiniteBatch
+from sfx.agents.appo import learning_step, make_optimizer, running_advantage_normalization
 from tests.engine.test_learning_step import _batch, _setup
 
 

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from sfx.algo.distributions import make_action_distribution
 from sfx.cfg import ConfigError, default_cfg
 from sfx.engine.buffers import WeightsBuffer
-from sfx.engine.learner import learning_step, make_optimizer
+from sfx.agents.appo import learning_step, make_optimizer
 from sfx.models import create_actor_critic
 
 FRAME = spaces.Box(0, 255, shape=(36, 48, 3), dtype=np.uint8)

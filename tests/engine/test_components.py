@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from sfx.agents import FieldSpec
 from sfx.engine.buffers import WeightsBuffer, allocate_trajectory_buffers, num_trajectory_slots, tree_map
 from sfx.engine.queues import Empty, LocalQueue, drain, make_process_queue
 from sfx.engine.stats import ThroughputMeter, format_duration
@@ -50,14 +51,15 @@ def test_weights_buffer_skips_a_write_in_progress():
 
 def test_trajectory_buffers_are_shared_and_shaped():
     spec = {"obs": ((72, 128, 3), np.dtype(np.uint8)), "measurements": ((7,), np.dtype(np.float32))}
-    tb = allocate_trajectory_buffers(5, 8, spec, rnn_size=16, action_dim=2, action_params_size=7)
+    tb = allocate_trajectory_buffers(5, 8, spec, rnn_size=16, action_dim=2,
+                                     agent_fields={"action_params": FieldSpec((7,))})
     assert tb.obs["obs"].shape == (5, 9, 72, 128, 3) and tb.obs["obs"].dtype == torch.uint8
     assert tb.obs["measurements"].shape == (5, 9, 7) and tb.obs["measurements"].dtype == torch.float32
     assert tb.rnn_states.shape == (5, 9, 16)
-    assert tb.actions.shape == (5, 8, 2) and tb.action_params.shape == (5, 8, 7)
+    assert tb.actions.shape == (5, 8, 2) and tb.fields["action_params"].shape == (5, 8, 7)
     leaves = []
     tree_map(leaves.append, tb.tensors())
-    assert len(leaves) == 15 and all(t.is_shared() for t in leaves)
+    assert len(leaves) == 12 and all(t.is_shared() for t in leaves)  # 2 obs keys, 9 fixed fields, 1 agent field
     assert tb.task.shape == (5,) and tb.task.dtype == torch.int64  # each trajectory's task
     assert tb.memory.shape == (5, 0, 0)  # no memory core: an empty memory per slot
 

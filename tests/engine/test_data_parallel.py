@@ -7,7 +7,7 @@ import torch
 import torch.multiprocessing as mp
 
 from sfx.algo.normalizers import RunningMeanStd
-from sfx.engine.learner import learning_step, make_optimizer, running_advantage_normalization
+from sfx.agents.appo import learning_step, make_optimizer, running_advantage_normalization
 from tests.engine.data_parallel_ranks import rank_main
 from tests.engine.test_learning_step import _batch, _setup
 

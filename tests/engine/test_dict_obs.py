@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sfx.cfg import default_cfg
-import sfx.engine.learner as learner_module
+import sfx.agents.appo as learner_module
 from sfx.engine import run_training
 from sfx.envs import register_env
 from sfx.envs.registry import unregister_env_family

@@ -16,7 +16,8 @@ from sfx.cfg import ConfigError, default_cfg, parse_args
 from sfx.engine import run_training
 from sfx.engine.buffers import WeightsBuffer
 from sfx.engine.coordinator import probe_env
-from sfx.engine.evaluator import EvaluationPart, Evaluator, check_eval_env
+from sfx.engine.evaluation import EvaluationPart, check_eval_env
+from sfx.engine.evaluator import Evaluator
 from sfx.engine.protocol import EVAL_RESULT, EVALUATE
 from sfx.engine.queues import LocalQueue, drain
 from sfx.experiment import best_checkpoint_path, load_checkpoint

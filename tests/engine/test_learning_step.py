@@ -15,8 +15,9 @@ from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, pp
 from sfx.algo.vtrace import vtrace
 from sfx.cfg import default_cfg
 from sfx.engine.coordinator import probe_env
-from sfx.engine.learner import (Learner, NonFiniteBatch, learning_step, make_optimizer,
-                                running_advantage_normalization)
+from sfx.agents import NonFiniteBatch
+from sfx.agents.appo import APPO, learning_step, make_optimizer, running_advantage_normalization
+from sfx.engine.learner import Learner
 from sfx.models import create_actor_critic
 
 
@@ -237,7 +238,7 @@ class _Stub:
 def test_learner_skips_and_counts_a_non_finite_minibatch(tmp_path, caplog):
     cfg, model = _setup(tmp_path, max_nan_batches=2)
     weights = _Stub()
-    learner = Learner(cfg, 0, model, None, weights, None, None, torch.device("cpu"))
+    learner = Learner(cfg, 0, APPO, model, None, weights, None, None, torch.device("cpu"))
     mb, valids = _batch(model, 4, cfg.rollout, seed=0)
     for _ in range(2):
         assert set(learner._train_minibatch(mb, valids)) >= {"loss/total", "loss/entropy", "grad_norm"}

@@ -7,7 +7,7 @@ import torch
 
 from sfx.algo.popart import PopArtStats, popart_update
 from sfx.engine.coordinator import check_checkpoints_fit
-from sfx.engine.learner import learning_step, make_optimizer
+from sfx.agents.appo import learning_step, make_optimizer
 from sfx.errors import ConfigError
 from tests.engine.test_learning_step import _batch
 from tests.engine.test_learning_step import _setup as _learning_setup
@@ -110,7 +110,7 @@ def test_a_task_absent_from_the_minibatch_keeps_its_statistics(tmp_path):
 
 def test_advantages_are_on_each_task_s_scale(tmp_path, monkeypatch):
     """The policy-gradient advantages get 1 / sigma of their task before the minibatch normalization."""
-    import sfx.engine.learner as learner_mod
+    import sfx.agents.appo as learner_mod
 
     cfg, model = _setup(tmp_path)
     with torch.no_grad():

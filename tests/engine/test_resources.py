@@ -5,38 +5,51 @@ import resource
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
+from sfx.agents.appo import APPOActingRule
 from sfx.cfg import ConfigError, default_cfg
 from sfx.engine.buffers import allocate_agent_buffers, allocate_trajectory_buffers, tree_map
 from sfx.engine.resources import check_shared_memory, ensure_open_file_limit, process_rss_mb, trajectory_buffer_bytes
 
 
-def test_the_estimate_matches_what_is_allocated():
-    spec = {"obs": ((3, 72, 128), np.dtype(np.uint8)), "measurements": ((7,), np.dtype(np.float32))}
-    tb = allocate_trajectory_buffers(6, 32, spec, rnn_size=512, action_dim=1, action_params_size=7)
-    ab = allocate_agent_buffers(10, spec, rnn_size=512)
+APPO_FIELDS = APPOActingRule(gym.spaces.Discrete(7)).fields  # log-probs, 7 logits, values, truncation values
+
+
+def _allocated_bytes(tb, ab) -> int:
     sizes = []
     tree_map(lambda t: sizes.append(t.numel() * t.element_size()), tb.tensors())
-    tree_map(lambda t: sizes.append(t.numel() * t.element_size()), {"o": ab.final_obs, "r": ab.final_rnn})
-    estimate = trajectory_buffer_bytes(spec, 32, 512, 1, 7, num_slots=6, num_policies=1, num_agents_total=10)
-    assert estimate == pytest.approx(sum(sizes), rel=0.01)
+    tree_map(lambda t: sizes.append(t.numel() * t.element_size()),
+             {"o": ab.final_obs, "r": ab.final_rnn, "m": ab.memory})
+    return sum(sizes)
+
+
+@pytest.mark.parametrize("final_obs", [False, True])
+def test_the_estimate_matches_what_is_allocated(final_obs):
+    """Exactly the bytes allocated: the fixed fields, the agent's fields, the final observations where the
+    acting rule keeps them (the task per slot: 8 bytes, counted)."""
+    spec = {"obs": ((3, 72, 128), np.dtype(np.uint8)), "measurements": ((7,), np.dtype(np.float32))}
+    tb = allocate_trajectory_buffers(6, 32, spec, rnn_size=512, action_dim=1, agent_fields=APPO_FIELDS,
+                                     final_obs=final_obs)
+    ab = allocate_agent_buffers(10, spec, rnn_size=512)
+    assert set(APPO_FIELDS) <= set(tb.tensors()) and ("final_obs" in tb.tensors()) == final_obs
+    estimate = trajectory_buffer_bytes(spec, 32, 512, 1, APPO_FIELDS, num_slots=6, num_policies=1,
+                                       num_agents_total=10, final_obs=final_obs)
+    assert estimate == _allocated_bytes(tb, ab)
 
 
 def test_the_estimate_counts_a_memory_core_per_slot_and_per_agent():
     spec = {"obs": ((3, 72, 128), np.dtype(np.uint8))}
     memory = (512, 1024)  # Transformer-XL, mem_len 512, 2 layers of 512
-    tb = allocate_trajectory_buffers(6, 32, spec, rnn_size=2, action_dim=1, action_params_size=7, memory_shape=memory)
+    tb = allocate_trajectory_buffers(6, 32, spec, rnn_size=2, action_dim=1, agent_fields=APPO_FIELDS,
+                                     memory_shape=memory)
     ab = allocate_agent_buffers(10, spec, rnn_size=2, memory_shape=memory)
     assert tuple(tb.memory.shape) == (6, *memory) and tuple(ab.memory.shape) == (10, *memory)
-    sizes = []
-    tree_map(lambda t: sizes.append(t.numel() * t.element_size()), tb.tensors())
-    tree_map(lambda t: sizes.append(t.numel() * t.element_size()),
-             {"o": ab.final_obs, "r": ab.final_rnn, "m": ab.memory})
-    estimate = trajectory_buffer_bytes(spec, 32, 2, 1, 7, num_slots=6, num_policies=1, num_agents_total=10,
+    estimate = trajectory_buffer_bytes(spec, 32, 2, 1, APPO_FIELDS, num_slots=6, num_policies=1, num_agents_total=10,
                                        memory_floats=memory[0] * memory[1])
-    assert estimate == pytest.approx(sum(sizes), rel=0.01)
+    assert estimate == _allocated_bytes(tb, ab)
 
 
 def test_too_little_shared_memory_is_a_config_error_with_advice():

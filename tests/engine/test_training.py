@@ -154,14 +154,15 @@ def test_async_run_stops_cleanly_without_leaks(tmp_path):
 def test_previous_action_and_reward_travel_with_each_observation(tmp_path, monkeypatch):
     """--use_prev_action_reward: beside observation t+1 the rollout worker writes action t (choice + 1) and
     reward t; zeros where an episode starts. Checked on every batch a (serial) learner gathers."""
-    from sfx.engine.learner import Learner
+    from sfx.engine.sample_source import FreshTrajectories
     from sfx.models.obs import PREV_ACTION_KEY, PREV_REWARD_KEY
 
     checked = {"steps": 0, "starts": 0}
-    gather = Learner._gather
+    gather = FreshTrajectories.next_batch
 
-    def checking_gather(self, slots):
-        batch = gather(self, slots)
+    def checking_gather(self, version):
+        full = gather(self, version)
+        batch = full.data
         prev_a, prev_r = batch["obs"][PREV_ACTION_KEY], batch["obs"][PREV_REWARD_KEY][..., 0]
         done = batch["terminated"] | batch["truncated"]
         T = done.shape[1]
@@ -172,9 +173,9 @@ def test_previous_action_and_reward_travel_with_each_observation(tmp_path, monke
         checked["steps"] += int((~start).sum())
         checked["starts"] += int(start.sum())
         assert prev_a.shape[1] == T + 1
-        return batch
+        return full
 
-    monkeypatch.setattr(Learner, "_gather", checking_gather)
+    monkeypatch.setattr(FreshTrajectories, "next_batch", checking_gather)
     run_training(small_cfg(tmp_path, serial_mode=True, use_prev_action_reward=True, train_for_env_steps=3000))
     assert checked["steps"] > 1000 and checked["starts"] > 10
 

@@ -24,14 +24,14 @@ def test_one_hot_per_head_zeros_at_an_episode_start_and_clipped_rewards():
                                 spaces.Tuple([spaces.Discrete(3), spaces.Discrete(2)]))
     assert model.extra_input_size == 3 + 2 + 1
     obs = _obs(3, [[0, 0], [1, 2], [3, 1]], [0.0, 5.0, -0.25])  # stored as choice + 1, 0 = none
-    extra = model._extra_input(obs)
+    extra = model.preprocessor.extra_input(obs)
     assert extra.tolist() == [[0, 0, 0, 0, 0, 0.0], [1, 0, 0, 0, 1, 1.0], [0, 0, 1, 1, 0, -0.25]]
 
 
 def test_continuous_actions_go_in_as_they_are():
     model = create_actor_critic(make_cfg(use_prev_action_reward=True), vector_space(5),
                                 spaces.Box(-1, 1, shape=(2,), dtype=np.float32))
-    extra = model._extra_input(_obs(1, [[0.5, -2.0]], [-3.0]))
+    extra = model.preprocessor.extra_input(_obs(1, [[0.5, -2.0]], [-3.0]))
     assert extra.tolist() == [[0.5, -2.0, -1.0]]
 
 

@@ -126,8 +126,8 @@ def test_learner_uses_mutated_values_from_the_next_minibatch(envs, tmp_path):
     applied = drain(w.report_queue)
     assert applied == [("pbt_applied", 1, {"params": {"learning_rate": 0.02, "exploration_loss_coeff": 0.25,
                                                       "batch_size": 64}, "from_policy": None})]
-    assert l1.optimizer.param_groups[0]["lr"] == 0.02 and l1.cfg.exploration_loss_coeff == 0.25
-    assert l0.cfg.learning_rate == cfg.learning_rate and l0.optimizer.param_groups[0]["lr"] == cfg.learning_rate
+    assert l1.agent.optimizer.param_groups[0]["lr"] == 0.02 and l1.cfg.exploration_loss_coeff == 0.25
+    assert l0.cfg.learning_rate == cfg.learning_rate and l0.agent.optimizer.param_groups[0]["lr"] == cfg.learning_rate
     stats = fill_and_train(w, l1, l1.cfg)
     assert stats["lr"] == 0.02 and stats["samples"] == 64  # the new batch size, too
     assert fill_and_train(w, l0, l0.cfg)["samples"] == 128
@@ -145,9 +145,9 @@ def test_snapshot_copies_weights_and_optimizer_but_not_counters(envs, tmp_path):
     l1.process([("pbt_update", {"params": {"learning_rate": 1e-3}, "load_path": str(path), "from_policy": 0})])
     for a, b in zip(l0.model.state_dict().values(), l1.model.state_dict().values()):
         torch.testing.assert_close(a, b)
-    s0, s1 = l0.optimizer.state_dict()["state"], l1.optimizer.state_dict()["state"]
+    s0, s1 = l0.agent.optimizer.state_dict()["state"], l1.agent.optimizer.state_dict()["state"]
     torch.testing.assert_close(s0[0]["exp_avg"], s1[0]["exp_avg"])
-    assert l1.optimizer.param_groups[0]["lr"] == 1e-3
+    assert l1.agent.optimizer.param_groups[0]["lr"] == 1e-3
     assert l1.train_step == before_steps  # its own counters go on
     assert not path.exists()  # a loaded snapshot is deleted
     # the policy workers see the copied weights: they were published

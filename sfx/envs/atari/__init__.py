@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sfx.cfg.arguments import add_bool_arg
+from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 from sfx.envs.atari.games import ATARI_57, PREFIX, all_rom_ids, check_game, game_name
 from sfx.envs.atari.wrappers import (EpisodicLifeEnv, FireReset, FrameStack, MaxPoolFrameSkip, NoopReset,

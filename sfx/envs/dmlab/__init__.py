@@ -43,7 +43,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sfx.cfg.arguments import add_bool_arg
+from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 from sfx.envs.dmlab.actions import EXTENDED_ACTIONS, IMPALA_ACTIONS, action_names, action_table
 from sfx.envs.dmlab.env import DmLabEnv, episode_stats, import_deepmind_lab, target_objective

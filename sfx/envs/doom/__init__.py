@@ -45,7 +45,7 @@ from typing import Any
 import functools
 import os
 
-from sfx.cfg.arguments import add_bool_arg
+from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 from sfx.envs.doom.actions import ACTION_SPACE_KINDS
 from sfx.envs.doom.reward_shaping import COMPONENTS, parse_reward_shaping

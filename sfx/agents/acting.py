@@ -1,6 +1,7 @@
 """Acting with a model outside the engine (``sfx.enjoy``, the evaluator): each agent's core state, core
 memory (Transformer-XL) and previous action / reward kept exactly as the engine's rollout and policy
-workers keep them, so an agent plays here as it played in training.
+workers keep them, and the actions picked by the agent's acting rule (the one the policy workers use),
+so an agent plays here as it played in training.
 """
 
 from __future__ import annotations
@@ -11,21 +12,24 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sfx.agents.base import ActingRule
 from sfx.algo import distributions
 from sfx.models.obs import PREV_ACTION_KEY, PREV_REWARD_KEY
 
 
 class AgentsActing:
-    """``num_agents`` agents played by one model (an ``ActorCritic`` in eval mode).
+    """``num_agents`` agents played by one model (an ``ActorCritic`` in eval mode) and the agent's acting rule.
 
-    ``act(obs)`` picks every agent's action (sampled, or the mode with ``deterministic``) and advances
+    ``act(obs)`` picks every agent's action (the rule's: sampled, or its mode with ``deterministic``) and advances
     its state and memory; ``observe(rewards, dones)`` then records what the env answered: the previous
     action and reward for ``--use_prev_action_reward``, and a fresh state (the core's initial one, an
     empty previous action) for every agent whose episode ended (envs reset themselves).
     """
 
-    def __init__(self, model: Any, num_agents: int, device: torch.device | str, deterministic: bool = False) -> None:
+    def __init__(self, model: Any, rule: ActingRule, num_agents: int, device: torch.device | str,
+                 deterministic: bool = False) -> None:
         self.model = model
+        self.rule = rule
         self.n = int(num_agents)
         self.device = torch.device(device)
         self.deterministic = deterministic
@@ -52,10 +56,9 @@ class AgentsActing:
         else:
             out = self.model.forward_step(obs, self.states, tasks, self.memory)
             self.memory[self._rows, out["memory_index"]] = out["memory_entry"]
-        dist = distributions.make_action_distribution(self.model.action_space, out["action_params"])
-        actions = dist.mode() if self.deterministic else dist.sample()
+        acted = self.rule.act(out, deterministic=self.deterministic, actor_ids=self._rows)
         self.states = out["new_rnn_states"]
-        self._last_actions = actions.float().reshape(self.n, -1)
+        self._last_actions = acted.actions.float().reshape(self.n, -1)
         return self._last_actions.cpu().numpy(), out
 
     def observe(self, rewards: Any, dones: Any) -> None:

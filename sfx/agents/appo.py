@@ -1,0 +1,351 @@
+"""APPO (asynchronous PPO with V-trace; Sample Factory's algorithm): sfx's default agent.
+
+Acting: sample an action from the policy head's distribution and store its log-prob, the distribution's
+parameters and the value (and the value of a time-limit step's final observation, to bootstrap from).
+Learning: each iteration takes ``--num_batches_per_iteration`` minibatches of ``--batch_size`` samples,
+``--ppo_epochs`` passes over them in random order; one minibatch step is :func:`learning_step`: the model
+recomputes the trajectories (``ActorCritic.forward_trajectories``), :mod:`sfx.algo.appo` gives the targets
+(V-trace or GAE) and the named loss terms, and the step sums ``coefficient * term``, clips the gradient,
+steps Adam and returns its statistics. It runs without any process or queue (tests,
+``bench/learner_step.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch, tree_map
+from sfx.algo.appo import LOSS_TERMS, APPOParams, appo_loss_terms, appo_targets, normalize_advantages
+from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
+from sfx.algo.normalizers import RunningMeanStd
+from sfx.cfg.flag_types import add_bool_arg
+from sfx.errors import ConfigError
+
+__all__ = ["APPO", "APPOActingRule", "learning_step", "make_optimizer", "running_advantage_normalization",
+           "trajectories_per_minibatch"]
+
+
+def trajectories_per_minibatch(cfg: Any) -> int:
+    return cfg.batch_size // cfg.rollout
+
+
+def make_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The learner's optimizer: Adam with ``--learning_rate``, ``--adam_beta1/2``, ``--adam_eps``."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                            eps=cfg.adam_eps)
+
+
+def running_advantage_normalization(cfg: Any) -> bool:
+    """Whether ``--advantage_normalization`` resolves to ``running`` (``auto``: yes, except with ``--popart``)."""
+    mode = cfg.advantage_normalization
+    return mode == "running" or (mode == "auto" and not cfg.popart)
+
+
+def popart_summary(popart: Any, returns: torch.Tensor, tasks: torch.Tensor, valids: torch.Tensor) -> dict[str, float]:
+    """``popart/mu_<k>``, ``popart/sigma_<k>`` (every task's statistics after the update) and
+    ``popart/target_std_<k>`` (the spread of task ``k``'s valid value targets in this minibatch, what
+    ``sigma_k`` should track; only for the tasks with two valid targets or more in it)."""
+    out: dict[str, float] = {}
+    ids = tasks.reshape(-1, 1).expand_as(returns)
+    for k in range(popart.num_tasks):
+        out[f"popart/mu_{k}"] = float(popart.mu[k])
+        out[f"popart/sigma_{k}"] = float(popart.sigma_[k])
+        own = returns[(ids == k) & valids]
+        if own.numel() > 1:
+            out[f"popart/target_std_{k}"] = float(own.double().std())
+    return out
+
+
+def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: dict[str, Any],
+                  valids: torch.Tensor, cfg: Any, group: Any = None,
+                  advantage_stats: RunningMeanStd | None = None) -> dict[str, float]:
+    """One APPO minibatch step on ``model`` (an ``ActorCritic``): forward, targets, loss, backward,
+    gradient clipping and ``optimizer.step()``. Needs no process or queue.
+
+    Args:
+        mb: a minibatch shaped like ``TrajectoryBuffers.tensors()`` with ``B`` trajectories:
+            ``obs {key: [B, T+1, ...]}``, ``rnn_states [B, T+1, S]``, ``actions``, ``log_probs``,
+            ``action_params``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``trunc_values``,
+            ``active`` (``[B, T]`` bool: the agent's own steps; the others are transparent in the targets).
+        valids: ``[B, T]`` bool, the samples that count.
+        cfg: read for ``APPOParams`` and ``use_rnn``, ``recurrence``, ``normalize_returns``, ``max_grad_norm``.
+        group: a :class:`~sfx.engine.data_parallel.GradientGroup` when this policy's learners run on several
+            ranks: the update is then the one of all ranks' minibatches together (advantage and returns
+            statistics over all of them, each rank's loss weighted by its share of the valid samples,
+            gradients summed), and a non-finite minibatch on any rank is skipped on all. With
+            ``--exploration_loss=symmetric_kl`` its cap of 30 applies to each rank's mean.
+        advantage_stats: with ``--advantage_normalization`` resolving to running, the running statistics of the advantages
+            (the learner keeps them): this minibatch's valid advantages are folded in, and the advantages are
+            divided by their (unbiased) std instead of the minibatch's own. None: the minibatch's own std.
+
+    Returns:
+        The step's statistics: ``loss/total``, ``loss/<term>`` (auxiliary terms too: ``loss/aux_*``),
+        ``entropy``, ``kl``, ``grad_norm``, ``ratio_mean``, ``adv_std``, ``value_mean``, ``target_mean``.
+
+    Raises:
+        NonFiniteBatch: targets, loss or gradients not finite; the weights are unchanged.
+    """
+    params = APPOParams.from_cfg(cfg)
+    n, T = mb["rewards"].shape
+    done = mb["terminated"] | mb["truncated"]
+    # Recompute the whole batch with current weights, `recurrence` steps at a time, starting
+    # each chunk from the recurrent state the behaviour policy had there.
+    popart = model.popart
+    tasks = mb["task"] if popart is not None else None  # PopArt: each trajectory's task
+    memory = mb["memory"] if model.memory_len else None  # a memory core: the memory before each trajectory
+    out = model.forward_trajectories(mb["obs"], mb["rnn_states"], done, cfg.recurrence if cfg.use_rnn else T, tasks,
+                                     memory)
+    space = model.action_space
+    dist = make_action_distribution(space, out.action_params.reshape(n * T, -1))
+    log_prob = dist.log_prob(mb["actions"].reshape(n * T, -1)).reshape(n, T)
+    old_dist = make_action_distribution(space, mb["action_params"].reshape(n * T, -1))
+
+    values = out.values.detach()
+    log_rhos = log_prob.detach() - mb["log_probs"] if params.with_vtrace else None
+    reduce = group.sum if group is not None else None
+    # PopArt: each task's policy gradient on the scale of its normalised targets (advantage / its sigma)
+    adv_scale = popart.sigma(tasks).reciprocal() if popart is not None else None
+    # the agent's inactive steps are transparent in the targets (their values are never trained); `valids`
+    # also drops lagging samples, which are still steps of the agent
+    targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
+                           out.bootstrap_values, log_rhos, valids, params, reduce, adv_scale, active=mb["active"],
+                           normalize=advantage_stats is None)
+    bad = not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all()))
+    # with ranks every rank joins the vote, bad or not: a rank that skipped it would pair its next
+    # collective with the others' vote
+    if group.any(bad) if group is not None else bad:
+        raise NonFiniteBatch("value targets / advantages")
+    if advantage_stats is not None:
+        # --advantage_normalization=running: the policy-gradient scale follows the advantages' spread over the
+        # whole run, not this minibatch's. Once the policy is good, advantages shrink to noise; dividing by
+        # the minibatch's own std would blow that noise up to unit scale and keep taking full-size steps on
+        # it (CartPole then unlearns keeping the cart centred, again and again: README, "The main job's stability").
+        # Unbiased like the minibatch std, so the first minibatch is normalized exactly as before.
+        advantage_stats.update(targets.advantages[valids], reduce=reduce)
+        count = advantage_stats.count
+        std = (advantage_stats.var * count / (count - 1).clamp(min=1.0)).sqrt()
+        targets = targets._replace(advantages=normalize_advantages(targets.advantages, valids, reduce, std=std))
+    with torch.no_grad():
+        if cfg.normalize_returns and model.returns_normalizer is not None:
+            model.returns_normalizer.update(targets.returns[valids], reduce=reduce)
+        returns_norm = model.normalize_values(targets.returns, tasks)
+        old_values_norm = model.normalize_values(mb["values"], tasks)
+
+    terms = appo_loss_terms(dist, old_dist, log_prob, mb["log_probs"], targets, returns_norm, out.values,
+                            out.values_normalized, old_values_norm, valids, params)
+    loss = None
+    for name, coeff in params.coefficients.items():
+        weighted = coeff * getattr(terms, name)
+        loss = weighted if loss is None else loss + weighted
+    aux_terms = {}
+    aux_coeffs = {"aux_reconstruction": cfg.aux_loss_reconstruction_coeff,
+                  "aux_future_pred": cfg.aux_loss_future_pred_coeff}
+    if model.aux is not None and any(aux_coeffs[name] for name in model.aux.enabled):
+        # Brain Agent's auxiliary losses: extra named terms from the model's heads. A coefficient of 0 adds
+        # nothing (not even a zero gradient), so the step is exactly the one without that head.
+        aux_terms = model.aux.loss_terms(mb["obs"], out.encoder_features, out.core_outputs, mb["actions"], done, valids)
+        for name, term in aux_terms.items():
+            if aux_coeffs[name]:
+                loss = loss + aux_coeffs[name] * term
+
+    bad = not bool(torch.isfinite(loss))
+    if group.any(bad) if group is not None else bad:
+        raise NonFiniteBatch("loss")
+    optimizer.zero_grad(set_to_none=True)
+    if group is None:
+        loss.backward()
+    else:
+        # this rank's share of all ranks' valid samples: summed gradients = gradient of the global mean
+        local = valids.sum().to(torch.float64)
+        share = local / group.sum(local.reshape(1))[0].clamp(min=1.0)
+        (loss * share.to(loss.dtype)).backward()
+        group.sum_gradients(model.parameters())
+    # --max_grad_norm <= 0: no clipping (an infinite bound still measures the norm)
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if not bool(torch.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteBatch("gradients")
+    optimizer.step()
+    popart_stats = {}
+    if popart is not None:
+        # after the step (van Hasselt et al. 2016): the tasks' statistics move towards this minibatch's
+        # targets, and the value head is rescaled so its unnormalised outputs stay what they were
+        popart.update(targets.returns, tasks, valids, model.value_head, reduce=reduce)
+        popart_stats = popart_summary(popart, targets.returns, tasks, valids)
+
+    names = {"exploration": f"loss/{cfg.exploration_loss}"}
+    stats = {"loss/total": loss.item()}
+    stats.update({names.get(name, f"loss/{name}"): getattr(terms, name).item() for name in LOSS_TERMS})
+    stats.update({f"loss/{name}": term.item() for name, term in aux_terms.items()})
+    stats.update(popart_stats)
+    stats.update({
+        "entropy": terms.entropy.item(), "kl": terms.kl.item(), "grad_norm": grad_norm.item(),
+        "ratio_mean": terms.ratio_mean.item(), "adv_std": terms.adv_std.item(),
+        "value_mean": terms.value_mean.item(), "target_mean": terms.target_mean.item(),
+    })
+    return stats
+
+
+
+# ------------------------------------------------------------------------------------------- flags
+
+def add_appo_flags(g: argparse._ActionsContainer) -> None:
+    """APPO's flags (Sample Factory 1.x names and defaults)."""
+    g.add_argument("--num_batches_per_iteration", type=int, default=1,
+                   help="minibatches the learner collects before each training iteration")
+    g.add_argument("--ppo_epochs", type=int, default=1, help="passes over each iteration's data")
+    g.add_argument("--gae_lambda", type=float, default=0.95,
+                   help="GAE lambda (used when --with_vtrace=False), in [0, 1]")
+    add_bool_arg(g, "with_vtrace", True, "V-trace off-policy correction (IMPALA); False = GAE")
+    g.add_argument("--vtrace_rho", type=float, default=1.0, help="V-trace rho-bar: clip of the importance weights")
+    g.add_argument("--vtrace_c", type=float, default=1.0, help="V-trace c-bar: clip of the trace-cutting weights")
+    g.add_argument("--ppo_clip_ratio", type=float, default=0.1, help="PPO ratio clip: ratio kept in [1-x, 1+x]")
+    g.add_argument("--ppo_clip_value", type=float, default=1.0,
+                   help="PPO value clip around the old value; <= 0 disables value clipping")
+    g.add_argument("--exploration_loss", choices=["entropy", "symmetric_kl"], default="entropy",
+                   help="exploration term: entropy = an entropy bonus; symmetric_kl = a penalty on the symmetric KL "
+                        "divergence from the uniform policy (discrete actions; Sample Factory's VizDoom setting)")
+    g.add_argument("--exploration_loss_coeff", type=float, default=0.003, help="coefficient of the exploration term")
+    g.add_argument("--value_loss_coeff", type=float, default=0.5, help="value loss coefficient")
+    g.add_argument("--advantage_normalization", choices=["auto", "running", "minibatch"], default="auto",
+                   help="how advantages are scaled before the policy loss: all subtract the minibatch's mean; "
+                        "running = divide by the std of all advantages so far (the step shrinks as advantages "
+                        "shrink to noise once the policy is good), minibatch = by the minibatch's own std "
+                        "(PPO's and Sample Factory's way; on CartPole the policy then collapses and recovers "
+                        "again and again after reaching 500); auto = running, but minibatch with --popart "
+                        "(PopArt rescales each task's advantages by its sigma, which changes units while it "
+                        "learns: a statistic over the whole run would mix them)")
+    g.add_argument("--kl_loss_coeff", type=float, default=0.0,
+                   help="coefficient of KL(behaviour || current) penalty; 0 = off")
+
+
+def validate_appo_cfg(cfg: Any) -> None:
+    for name in ("num_batches_per_iteration", "ppo_epochs"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"--{name}={value} must be a positive integer (> 0)")
+    for name in ("vtrace_rho", "vtrace_c", "ppo_clip_ratio"):
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ConfigError(f"--{name}={value} must be > 0")
+    if not 0.0 <= cfg.gae_lambda <= 1.0:
+        raise ConfigError(f"--gae_lambda={cfg.gae_lambda} must be in [0, 1]")
+    for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff"):
+        value = getattr(cfg, name)
+        if value < 0:
+            raise ConfigError(f"--{name}={value} must be >= 0")
+
+
+# ------------------------------------------------------------------------------------------- acting
+
+class APPOActingRule(ActingRule):
+    """Sample from the policy head's distribution (its mode with ``deterministic``); store the action's
+    log-prob, the distribution's parameters (for the KL terms) and the value; a time-limit step's final
+    observation gets its value computed with the acting weights (``trunc_values``, bootstrapped from)."""
+
+    truncation_field = "trunc_values"
+
+    def __init__(self, action_space: Any) -> None:
+        self.action_space = action_space
+        self._sizes = categorical_sizes(action_space)
+        self.fields = {"log_probs": FieldSpec(()), "action_params": FieldSpec((action_params_size(action_space),)),
+                       "values": FieldSpec(()), "trunc_values": FieldSpec(())}
+
+    def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
+            actor_ids: torch.Tensor | None = None) -> Acted:
+        params = out["action_params"]
+        n = params.shape[0]
+        dist = make_action_distribution(self.action_space, params)
+        actions = self.mode_actions(out) if deterministic else dist.sample()
+        log_probs = dist.log_prob(actions)
+        return Acted(actions.float().reshape(n, -1),
+                     {"log_probs": log_probs, "action_params": params, "values": out["values"]})
+
+    def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        params = out["action_params"]
+        if self._sizes is None:
+            return params[:, :params.shape[1] // 2]  # DiagGaussian's mode: the mean
+        # Categorical's mode: the argmax of the log-probabilities, per head
+        return torch.cat([torch.log_softmax(logits, dim=-1).argmax(dim=-1, keepdim=True)
+                          for logits in torch.split(params, self._sizes, dim=-1)], dim=1)
+
+    def truncation_values(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return out["values"]
+
+
+# ------------------------------------------------------------------------------------------- the agent
+
+class APPO(Agent):
+    """Asynchronous PPO with V-trace (or GAE): see the module docstring."""
+
+    name = "APPO"
+    flag_group = "APPO (--algo=APPO)"
+
+    @classmethod
+    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
+        add_appo_flags(parser)
+
+    @classmethod
+    def validate(cls, cfg: Any) -> None:
+        validate_appo_cfg(cfg)
+
+    @classmethod
+    def trajectories_per_iteration(cls, cfg: Any) -> int:
+        return trajectories_per_minibatch(cfg) * cfg.num_batches_per_iteration
+
+    @classmethod
+    def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
+        return APPOActingRule(action_space)
+
+    @classmethod
+    def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
+        return {"learning_rate": (1e-6, 1e-2), "exploration_loss_coeff": (1e-6, 0.1),
+                "value_loss_coeff": (0.01, 5.0), "max_grad_norm": (0.1, 100.0),
+                "ppo_clip_ratio": (0.02, 0.5), "ppo_clip_value": (0.01, 20.0)}
+
+    def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
+        super().__init__(cfg, model, device, group)
+        self.optimizer = make_optimizer(cfg, model)
+        # --advantage_normalization resolving to running: the advantages' statistics over the whole run
+        self.advantage_stats = (RunningMeanStd((), clip=None).to(device)
+                                if running_advantage_normalization(cfg) else None)
+
+    def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
+        n = batch.num_trajectories
+        per_mb = trajectories_per_minibatch(self.cfg)
+        # every epoch's order is drawn before the first step (the random stream of the learner is the same
+        # whatever the steps draw)
+        orders = [perm[start:start + per_mb] for perm in (torch.randperm(n, device=self.device)
+                                                          for _ in range(self.cfg.ppo_epochs))
+                  for start in range(0, n, per_mb)]
+        for mb in orders:  # one minibatch's copy at a time
+            yield tree_map(lambda v: v[mb], batch.data), batch.valids[mb]
+
+    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
+        return learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats)
+
+    def learning_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
+        if self.advantage_stats is not None:
+            state["advantage_stats"] = self.advantage_stats.state_dict()
+        return state
+
+    def load_learning_state(self, state: Mapping[str, Any]) -> None:
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        # a checkpoint written before the running advantage statistics existed (or with
+        # --advantage_normalization=minibatch) starts them afresh: they settle within a few minibatches
+        if self.advantage_stats is not None and "advantage_stats" in state:
+            self.advantage_stats.load_state_dict(state["advantage_stats"])
+
+    def apply_params(self, params: Mapping[str, Any]) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(self.cfg.learning_rate)
+
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])

@@ -1,0 +1,240 @@
+"""What an agent (a learning algorithm) declares to the engine: :class:`Agent`, its :class:`ActingRule`,
+the per-step trajectory fields it needs stored (:class:`FieldSpec`), and the :class:`Batch` a sample
+source hands to its training step.
+
+The engine (processes, shared memory, queues, supervision, ranks, checkpoint timing, PBT messages)
+knows an agent only through these declarations, so an algorithm is one file plus
+:func:`~sfx.agents.registry.register_agent`. Nothing here starts a process or touches a queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterable, Mapping
+
+import torch
+
+
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """Apply ``fn`` to every leaf of nested dicts (e.g. a batch whose ``obs`` is a dict)."""
+    if isinstance(tree, dict):
+        return {k: tree_map(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """A per-step field of the trajectory slots: ``[slots, rollout, *shape]`` of ``dtype`` (zeros at start)."""
+
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype = torch.float32
+
+    @property
+    def bytes_per_step(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= int(d)
+        return n * torch.empty((), dtype=self.dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What an acting rule decided for ``n`` agents: ``actions [n, k]`` float32 as the slots store them
+    (categorical choices counted from 0) and ``fields {name: [n, ...]}``, the rule's per-step fields."""
+
+    actions: torch.Tensor
+    fields: Mapping[str, torch.Tensor]
+
+
+class ActingRule:
+    """What a policy worker computes per request from the model's outputs, and what it stores.
+
+    One rule serves the policy workers (``act``), the evaluator and ``sfx.enjoy``
+    (``act(..., deterministic=...)``) and export (``mode_actions``, which must trace).
+
+    Attributes:
+        fields: the per-step trajectory fields ``act`` fills (besides ``actions``), name -> spec.
+        truncation_field: a ``[slots, rollout]`` field that receives ``truncation_values`` of the final
+            observation of a time-limit step, computed by the policy worker with the acting weights (APPO
+            bootstraps from it); None: the policy worker skips those rows.
+        stores_final_obs: the slots keep the final observation of a time-limit step
+            (``final_obs {key: [slots, rollout, ...]}``, written by the rollout worker at that step), so a
+            target computed later with other weights bootstraps from the real next state.
+    """
+
+    fields: Mapping[str, FieldSpec] = {}
+    truncation_field: str | None = None
+    stores_final_obs: bool = False
+
+    def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
+            actor_ids: torch.Tensor | None = None) -> Acted:
+        """``out``: the model's ``forward_step`` outputs for ``n`` rows; ``actor_ids [n]`` (int64): which
+        acting agent each row is (a rule may act differently per actor, e.g. an epsilon per actor)."""
+        raise NotImplementedError
+
+    def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The deterministic actions ``[n, k]`` (export, ``--deterministic``); torch operations only."""
+        raise NotImplementedError
+
+    def truncation_values(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``[n]``: what ``truncation_field`` stores for final observations (rows of ``out``)."""
+        raise NotImplementedError
+
+
+@dataclass
+class Batch:
+    """An iteration's samples, as a sample source hands them to :meth:`Agent.minibatches`.
+
+    Attributes:
+        data: the trajectories by field name (``obs`` a dict), ``[B, T(+1), ...]`` each, on the learner's device.
+        valids: ``[B, T]`` bool, the samples that count (fresh: active and not past ``--max_policy_lag``).
+        fresh: ``[B]`` bool, True for trajectories just sampled, False for replayed ones.
+        age: ``[B, T]`` float, learner steps between the weights that acted and the current ones.
+        env_steps: env steps (frames) the fresh samples stand for: the only ones counters count.
+        ids: ``[B]`` int64, each trajectory's id in its source (for priority updates), -1 for fresh ones
+            the source does not keep.
+    """
+
+    data: dict[str, Any]
+    valids: torch.Tensor
+    fresh: torch.Tensor
+    age: torch.Tensor
+    env_steps: int
+    ids: torch.Tensor
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.valids.shape[0])
+
+
+class NonFiniteBatch(Exception):
+    """A minibatch whose ``where`` (targets, loss or gradients) is not finite: the step applied nothing
+    from it. The learner counts it and stops the run after ``--max_nan_batches`` in a row."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"{where} not finite")
+        self.where = where
+
+
+class Agent:
+    """A learning algorithm. Class-level declarations (used before any learner exists: parsing, slot
+    sizing, policy workers, PBT) and, per learner process, an instance holding the model and everything
+    learned beside it (optimizers, target networks, running statistics).
+
+    Subclass, set ``name``, override what differs, and :func:`~sfx.agents.registry.register_agent` it.
+    The learner shell calls, per iteration: ``minibatches(batch)``, then ``step`` on each (publishing
+    weights after each), then ``end_iteration(batch)``.
+    """
+
+    name: ClassVar[str] = ""
+    # the title of its flag group in --help
+    flag_group: ClassVar[str] = ""
+    # a module function "package.module:function" that runs instead of a training (argv -> exit code),
+    # e.g. the dummy sampler; None: the engine trains with this agent
+    entry_point: ClassVar[str | None] = None
+
+    # ---------------------------------------------------------------- declarations
+
+    @classmethod
+    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
+        """Add the agent's own flags (with defaults and help) to ``parser``'s group for it."""
+
+    @classmethod
+    def validate(cls, cfg: Any) -> None:
+        """Raise :class:`~sfx.errors.ConfigError` on a bad value of the agent's flags."""
+
+    @classmethod
+    def trajectories_per_iteration(cls, cfg: Any) -> int:
+        """Fresh trajectories that make one training iteration (slots are sized from it)."""
+        return max(1, cfg.batch_size // cfg.rollout)
+
+    @classmethod
+    def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:
+        """The network the policy workers act with and the learner trains (an ``ActorCritic`` or a model
+        with the same acting interface: ``forward_step``, ``initial_rnn_states``, ``rnn_state_size``,
+        ``memory_len`` / ``memory_width``, ``popart``, ``for_inference``)."""
+        from sfx.models import create_actor_critic
+
+        return create_actor_critic(cfg, obs_space, action_space, num_tasks)
+
+    @classmethod
+    def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
+        raise NotImplementedError(f"agent {cls.name} declares no acting rule")
+
+    @classmethod
+    def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
+        """The cfg fields population-based training may mutate -> (lowest, highest) value."""
+        return {"learning_rate": (1e-6, 1e-2)}
+
+    # ---------------------------------------------------------------- one learner's state
+
+    def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
+        """``cfg``: the learner's own copy (PBT changes it in place); ``group``: a
+        :class:`~sfx.engine.data_parallel.GradientGroup` when this policy learns on several ranks."""
+        self.cfg = cfg
+        self.model = model
+        self.device = device
+        self.group = group
+
+    def sample_source(self, fresh: Any) -> Any:
+        """Where this agent's batches come from: ``fresh`` (the engine's
+        :class:`~sfx.engine.sample_source.FreshTrajectories`), or a replay store built around it
+        (``add`` / ``ready`` / ``next_batch`` / ``update_priorities``, see that module)."""
+        return fresh
+
+    def minibatches(self, batch: Batch) -> Iterable[tuple[dict[str, Any], torch.Tensor]]:
+        """The (minibatch, valids) pairs one iteration trains on, in order."""
+        raise NotImplementedError
+
+    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
+        """One optimizer step on a minibatch -> named statistics (``loss/<term>`` ...).
+
+        Raises:
+            NonFiniteBatch: nothing was applied.
+        """
+        raise NotImplementedError
+
+    def end_iteration(self, batch: Batch) -> None:
+        """After the iteration's last step, before its weights are published: by default the batch's valid
+        observations join the model's input statistics (see :func:`update_obs_normalizer`)."""
+        update_obs_normalizer(self.model, self.cfg, batch.data["obs"], batch.valids, self.group)
+
+    def learning_state(self) -> dict[str, Any]:
+        """Everything learned beside the model's weights (optimizer states, running statistics):
+        checkpointed under these keys next to ``model``, copied by PBT, broadcast to ranks."""
+        return {}
+
+    def load_learning_state(self, state: Mapping[str, Any]) -> None:
+        """The inverse of :meth:`learning_state`; keys missing from an older checkpoint start afresh."""
+
+    def apply_params(self, params: Mapping[str, Any]) -> None:
+        """New hyperparameters (PBT, a resumed run's flags): ``cfg`` is already updated; apply what an
+        optimizer holds itself (learning rates)."""
+
+    def current_lr(self) -> float:
+        return float(self.cfg.learning_rate)
+
+
+def update_obs_normalizer(model: torch.nn.Module, cfg: Any, obs: Mapping[str, torch.Tensor], valids: torch.Tensor,
+                          group: Any = None) -> None:
+    """Fold the valid steps' observations (``obs {key: [n, T + 1, ...]}``, ``valids [n, T]``) into the model's
+    input statistics (with ``--normalize_input``).
+
+    Called after an iteration's last optimizer step and before its weights are published: every sample is
+    evaluated with the statistics it was acted with (samples of lag 0 recompute their behaviour log-probs
+    exactly), and the policy workers get the new statistics together with the weights trained on them next.
+    """
+    if not (cfg.normalize_input and getattr(model, "has_obs_normalizer", False)) \
+            or (group is None and not bool(valids.any())):
+        return
+    T = valids.shape[1]
+    rows = {k: v[:, :T][valids] for k, v in obs.items()}
+    # one non-finite observation would poison the running statistics for good (with ranks: on every
+    # rank, and every rank takes part in the update or none does)
+    bad = not all(bool(torch.isfinite(v).all()) for v in rows.values() if v.is_floating_point())
+    if group is not None:
+        if not group.any(bad):
+            model.update_obs_normalizer(rows, reduce=group.sum)
+    elif not bad:
+        model.update_obs_normalizer(rows)

@@ -1,0 +1,44 @@
+"""Flag value types shared by every flag group (the trainer's, env families', agents'): booleans written
+the ways users write them, integers written as ``1e9``."""
+
+from __future__ import annotations
+
+import argparse
+
+TRUE_STRINGS = ("true", "1", "yes", "y", "on")
+FALSE_STRINGS = ("false", "0", "no", "n", "off")
+
+
+def str2bool(value: str | bool) -> bool:
+    """Parse ``True/False/true/false/1/0`` (also yes/no, on/off) into a bool."""
+    if isinstance(value, bool):
+        return value
+    low = str(value).strip().lower()
+    if low in TRUE_STRINGS:
+        return True
+    if low in FALSE_STRINGS:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False/1/0), got {value!r}")
+
+
+def int_like(value: str | int) -> int:
+    """Parse an integer, also written as ``1e9`` or ``10_000_000`` (must be a whole number)."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer (e.g. 1000000 or 1e6), got {value!r}") from None
+    if not x.is_integer():  # also rejects inf and nan
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
+    return int(x)
+
+
+def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
+    """A boolean flag: ``--name=False``, ``--name false``, ``--name 0``; a bare ``--name`` means True."""
+    group.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)

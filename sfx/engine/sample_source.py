@@ -1,0 +1,82 @@
+"""Sample sources: what lies between the trajectory slots and an agent's training step.
+
+:class:`FreshTrajectories` is the on-policy path: finished trajectories (slot indices from the rollout
+workers) are copied out of shared memory onto the learner's device, their slots go back to the free queue
+at once (rollouts never wait for the optimizer), and samples past ``--max_policy_lag`` are masked out.
+
+A replay store is a source too: it wraps a fresh source, keeps the copies :meth:`FreshTrajectories.next_batch`
+already makes (``Batch.data``), samples stored trajectories by a rule, mixes them into the batch (``fresh``
+False, their ``age`` kept) and takes the agent's priority updates back after a step (``update_priorities``).
+Env-step counters count fresh samples only (``Batch.env_steps``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import torch
+
+from sfx.agents import Batch
+from sfx.engine.buffers import TrajectoryBuffers, tree_map
+
+
+class SampleSource(Protocol):
+    """What the learner shell asks of a source."""
+
+    def add(self, slots: list[int]) -> None:
+        """Finished trajectories arrived (their slot indices)."""
+
+    def ready(self) -> bool:
+        """An iteration's batch can be taken."""
+
+    def next_batch(self, policy_version: int) -> Batch:
+        """The next iteration's samples; ``policy_version``: the learner's current version (for ages)."""
+
+    def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
+        """Priorities of stored trajectories after a step (a prioritized store; others ignore them)."""
+
+
+class FreshTrajectories:
+    """Fresh trajectories only: ``per_iteration`` of them make a batch (see the module docstring).
+
+    Args:
+        traj: the policy's trajectory slots.
+        free_slots: the policy's free-slot queue (slots go back to it once copied).
+        device: the learner's device.
+        max_policy_lag: samples acted more than this many versions ago are not valid.
+        env_frameskip: frames per agent step (counters count frames).
+        per_iteration: () -> trajectories per batch (the agent's ``trajectories_per_iteration``), asked
+            anew each time: PBT may change ``--batch_size``.
+    """
+
+    def __init__(self, traj: TrajectoryBuffers, free_slots: Any, device: torch.device, max_policy_lag: int,
+                 env_frameskip: int, per_iteration: Callable[[], int]) -> None:
+        self.traj = traj
+        self.free_slots = free_slots
+        self.device = device
+        self.max_policy_lag = max_policy_lag
+        self.env_frameskip = env_frameskip
+        self.per_iteration = per_iteration
+        self.pending: list[int] = []
+
+    def add(self, slots: list[int]) -> None:
+        self.pending.extend(slots)
+
+    def ready(self) -> bool:
+        return len(self.pending) >= self.per_iteration()
+
+    def next_batch(self, policy_version: int) -> Batch:
+        k = self.per_iteration()
+        slots, self.pending = self.pending[:k], self.pending[k:]
+        idx = torch.as_tensor(slots, dtype=torch.long)
+        data = tree_map(lambda v: v.index_select(0, idx).to(self.device), self.traj.tensors())
+        self.free_slots.put_many(list(slots))
+        n, T = data["rewards"].shape
+        age = (policy_version - data["policy_versions"]).float()
+        return Batch(data=data, valids=(age <= self.max_policy_lag) & data["active"],
+                     fresh=torch.ones(n, dtype=torch.bool, device=self.device), age=age,
+                     env_steps=n * T * self.env_frameskip,
+                     ids=torch.full((n,), -1, dtype=torch.long, device=self.device))
+
+    def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
+        pass
