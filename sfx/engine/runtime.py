@@ -16,7 +16,6 @@ import faulthandler
 import logging
 import os
 import signal
-import threading
 import time
 import traceback
 from typing import Any

@@ -45,7 +45,7 @@ import torch.nn as nn
 from torch.nn.utils.rnn import PackedSequence
 
 from sfx.errors import ConfigError
-from sfx.cfg.core_names import BUILTIN_CORES, add_core_name, check_rnn_type, core_names, remove_core_name
+from sfx.cfg.core_names import add_core_name, check_rnn_type, core_names, remove_core_name
 
 RNN_TYPES = ("gru", "lstm")  # the torch.nn recurrent cores RnnCore wraps
 
