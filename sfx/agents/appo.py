@@ -20,6 +20,7 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch, tree_map
 from sfx.algo.appo import LOSS_TERMS, APPOParams, appo_loss_terms, appo_targets, normalize_advantages
+from sfx.algo.clear import clear_cloning_terms
 from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.cfg.flag_types import add_bool_arg
@@ -151,6 +152,17 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         for name, term in aux_terms.items():
             if aux_coeffs[name]:
                 loss = loss + aux_coeffs[name] * term
+    clear_coeffs = {"clear_policy_cloning": cfg.clear_policy_coeff, "clear_value_cloning": cfg.clear_value_coeff}
+    if "replayed" in mb and any(clear_coeffs.values()):
+        # CLEAR (Rolnick et al. 2019): on replayed samples, stay close to the policy and values they were
+        # acted with (KL(mu || pi), squared value difference in the value head's units)
+        kl = old_dist.kl_divergence(dist).reshape(n, T)
+        cloning = clear_cloning_terms(kl, out.values_normalized, old_values_norm, valids, mb["replayed"])
+        aux_terms = {**aux_terms, "clear_policy_cloning": cloning.policy_cloning,
+                     "clear_value_cloning": cloning.value_cloning}
+        for name in clear_coeffs:
+            if clear_coeffs[name]:
+                loss = loss + clear_coeffs[name] * aux_terms[name]
 
     bad = not bool(torch.isfinite(loss))
     if group.any(bad) if group is not None else bad:
@@ -222,6 +234,17 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
                         "learns: a statistic over the whole run would mix them)")
     g.add_argument("--kl_loss_coeff", type=float, default=0.0,
                    help="coefficient of KL(behaviour || current) penalty; 0 = off")
+    g.add_argument("--replay_parameters", default=None,
+                   help="experience replay mixed into each batch, the V-trace replay platform's JSON list, e.g. "
+                        "'[{\"type\": \"queue\", \"capacity\": 1, \"sample_ratio\": 0.5}, {\"type\": \"standard\", "
+                        "\"capacity\": 1000, \"sample_ratio\": 0.5}]': each buffer gives int(batch x sample_ratio) "
+                        "trajectories (ratios sum to 1); queue = the fresh stream, standard = uniform from the last "
+                        "capacity trajectories, custom = attentive / elite sampling by feature distance (README, "
+                        "Experience replay). None = no replay")
+    g.add_argument("--clear_policy_coeff", type=float, default=0.0,
+                   help="CLEAR policy cloning on replayed samples: coefficient of KL(behaviour || current); 0 = off")
+    g.add_argument("--clear_value_coeff", type=float, default=0.0,
+                   help="CLEAR value cloning on replayed samples: coefficient of (V - V_behaviour)^2; 0 = off")
 
 
 def validate_appo_cfg(cfg: Any) -> None:
@@ -235,10 +258,34 @@ def validate_appo_cfg(cfg: Any) -> None:
             raise ConfigError(f"--{name}={value} must be > 0")
     if not 0.0 <= cfg.gae_lambda <= 1.0:
         raise ConfigError(f"--gae_lambda={cfg.gae_lambda} must be in [0, 1]")
-    for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff"):
+    for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff", "clear_policy_coeff",
+                 "clear_value_coeff"):
         value = getattr(cfg, name)
-        if value < 0:
-            raise ConfigError(f"--{name}={value} must be >= 0")
+        if not (value >= 0 and math.isfinite(value)):
+            raise ConfigError(f"--{name}={value} must be a finite number >= 0")
+    specs = replay_specs(cfg)
+    if specs:
+        from sfx.algo.replay import batch_composition
+
+        # every buffer's share of a batch must be whole (the platform's rule): a ConfigError naming it now
+        batch_composition(specs, APPO.trajectories_per_iteration(cfg))
+    if (cfg.clear_policy_coeff or cfg.clear_value_coeff) and not any(s.type != "queue" for s in specs):
+        raise ConfigError(f"--clear_policy_coeff / --clear_value_coeff clone on replayed samples: set "
+                          f"--replay_parameters with a standard or custom buffer (now: {cfg.replay_parameters!r})")
+
+
+def replay_specs(cfg: Any) -> tuple:
+    """``--replay_parameters`` parsed (``()`` without replay); ConfigError naming a bad entry."""
+    if not cfg.replay_parameters:
+        return ()
+    from sfx.algo.replay import parse_replay_parameters  # only runs with replay on
+
+    return tuple(parse_replay_parameters(cfg.replay_parameters))
+
+
+def replay_needs_features(specs: tuple) -> bool:
+    """A custom buffer samples or inserts by feature distance: the acting rule stores the core's outputs."""
+    return any(s.needs_features for s in specs)
 
 
 # ------------------------------------------------------------------------------------------- acting
@@ -246,15 +293,20 @@ def validate_appo_cfg(cfg: Any) -> None:
 class APPOActingRule(ActingRule):
     """Sample from the policy head's distribution (its mode with ``deterministic``); store the action's
     log-prob, the distribution's parameters (for the KL terms) and the value; a time-limit step's final
-    observation gets its value computed with the acting weights (``trunc_values``, bootstrapped from)."""
+    observation gets its value computed with the acting weights (``trunc_values``, bootstrapped from).
+    With ``feature_size`` (replay with a custom buffer) also the policy trunk's core output (``features``),
+    which attentive and elite sampling compare with the same trajectory's features under newer weights."""
 
     truncation_field = "trunc_values"
 
-    def __init__(self, action_space: Any) -> None:
+    def __init__(self, action_space: Any, feature_size: int = 0) -> None:
         self.action_space = action_space
         self._sizes = categorical_sizes(action_space)
         self.fields = {"log_probs": FieldSpec(()), "action_params": FieldSpec((action_params_size(action_space),)),
                        "values": FieldSpec(()), "trunc_values": FieldSpec(())}
+        self.feature_size = int(feature_size)
+        if self.feature_size:
+            self.fields["features"] = FieldSpec((self.feature_size,))
 
     def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
             actor_ids: torch.Tensor | None = None) -> Acted:
@@ -263,8 +315,10 @@ class APPOActingRule(ActingRule):
         dist = make_action_distribution(self.action_space, params)
         actions = self.mode_actions(out) if deterministic else dist.sample()
         log_probs = dist.log_prob(actions)
-        return Acted(actions.float().reshape(n, -1),
-                     {"log_probs": log_probs, "action_params": params, "values": out["values"]})
+        fields = {"log_probs": log_probs, "action_params": params, "values": out["values"]}
+        if self.feature_size:
+            fields["features"] = out["core_output"]
+        return Acted(actions.float().reshape(n, -1), fields)
 
     def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
         params = out["action_params"]
@@ -300,7 +354,12 @@ class APPO(Agent):
 
     @classmethod
     def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
-        return APPOActingRule(action_space)
+        # the built-in trunks' core outputs are --hidden_size wide (the learner checks the model's)
+        return APPOActingRule(action_space, cfg.hidden_size if replay_needs_features(replay_specs(cfg)) else 0)
+
+    @classmethod
+    def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
+        return sum(s.capacity for s in replay_specs(cfg) if s.type != "queue") * trajectory_bytes
 
     @classmethod
     def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
@@ -314,6 +373,32 @@ class APPO(Agent):
         # --advantage_normalization resolving to running: the advantages' statistics over the whole run
         self.advantage_stats = (RunningMeanStd((), clip=None).to(device)
                                 if running_advantage_normalization(cfg) else None)
+        self.replay = replay_specs(cfg)
+        if replay_needs_features(self.replay):
+            width = getattr(getattr(model, "trunks", [None])[0], "out_size", None)
+            if width != cfg.hidden_size:
+                raise ConfigError(f"a custom replay buffer compares the core's output features, {cfg.hidden_size} "
+                                  f"wide (--hidden_size); this model's are {width}: allowed: a model whose policy "
+                                  f"trunk gives --hidden_size features, or standard buffers only")
+
+    def sample_source(self, fresh: Any) -> Any:
+        if not any(s.type != "queue" for s in self.replay):
+            return fresh
+        from sfx.agents.replay import ReplayMix
+
+        return ReplayMix(fresh, self.replay, lambda: self.trajectories_per_iteration(self.cfg), self.device,
+                         features=self.features if replay_needs_features(self.replay) else None, seed=self.cfg.seed)
+
+    @torch.no_grad()
+    def features(self, data: dict[str, Any]) -> torch.Tensor:
+        """``[n, T, H]``: the current weights' core outputs over stored trajectories (custom replay buffers)."""
+        n, T = data["rewards"].shape
+        done = data["terminated"] | data["truncated"]
+        tasks = data["task"] if self.model.popart is not None else None
+        memory = data["memory"] if self.model.memory_len else None
+        out = self.model.forward_trajectories(data["obs"], data["rnn_states"], done,
+                                              self.cfg.recurrence if self.cfg.use_rnn else T, tasks, memory)
+        return out.core_outputs[:, :T].reshape(n, T, -1)
 
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
         n = batch.num_trajectories
@@ -323,8 +408,9 @@ class APPO(Agent):
         orders = [perm[start:start + per_mb] for perm in (torch.randperm(n, device=self.device)
                                                           for _ in range(self.cfg.ppo_epochs))
                   for start in range(0, n, per_mb)]
+        data = batch.data if bool(batch.fresh.all()) else {**batch.data, "replayed": ~batch.fresh}
         for mb in orders:  # one minibatch's copy at a time
-            yield tree_map(lambda v: v[mb], batch.data), batch.valids[mb]
+            yield tree_map(lambda v: v[mb], data), batch.valids[mb]
 
     def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
         return learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats)

@@ -10,7 +10,7 @@ knows an agent only through these declarations, so an algorithm is one file plus
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import torch
@@ -94,6 +94,8 @@ class Batch:
         env_steps: env steps (frames) the fresh samples stand for: the only ones counters count.
         ids: ``[B]`` int64, each trajectory's id in its source (for priority updates), -1 for fresh ones
             the source does not keep.
+        stats: the source's own statistics (replay: each buffer's share, fill, sample ages), reported with
+            the iteration's.
     """
 
     data: dict[str, Any]
@@ -102,6 +104,7 @@ class Batch:
     age: torch.Tensor
     env_steps: int
     ids: torch.Tensor
+    stats: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_trajectories(self) -> int:
@@ -166,6 +169,12 @@ class Agent:
     def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
         """The cfg fields population-based training may mutate -> (lowest, highest) value."""
         return {"learning_rate": (1e-6, 1e-2)}
+
+    @classmethod
+    def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
+        """Learner-process memory the agent will hold per policy beyond the model (replay buffers), given
+        the bytes of one trajectory slot; checked at start against the machine's free memory."""
+        return 0
 
     # ---------------------------------------------------------------- one learner's state
 

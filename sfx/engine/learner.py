@@ -289,6 +289,7 @@ class Learner(Component):
             "lr": self.agent.current_lr(),
             "train_sec": time.time() - t_start,
         })
+        stats.update(batch.stats)
         if fresh_age.numel():
             stats.update({"policy_lag_avg": float(fresh_age.mean()), "policy_lag_max": float(fresh_age.max())})
         self.report_queue.put((TRAIN, self.policy_id, stats))

@@ -54,6 +54,18 @@ def check_shared_memory(needed_bytes: int, shm_dir: str = SHM_DIR) -> None:
             f"observation (--res_w/--res_h)")
 
 
+def check_host_memory(needed_bytes: int, what: str, advice: str) -> None:
+    """ConfigError when the machine's available memory is less than ``needed_bytes`` (with 10% to spare)
+    for ``what``; ``advice`` says which flags make it smaller."""
+    import psutil
+
+    available = psutil.virtual_memory().available
+    if needed_bytes * SHM_HEADROOM > available:
+        mib = 1024 * 1024
+        raise ConfigError(f"{what} need {math.ceil(needed_bytes / mib):,} MiB of memory but the machine has "
+                          f"{available // mib:,} MiB available; {advice}")
+
+
 def ensure_open_file_limit(num_envs_total: int) -> int:
     """Raise this process's soft open-file limit towards what the run may need (children inherit
     it); warn when the hard limit is too low. Returns the soft limit in force."""

@@ -24,7 +24,7 @@ import torch
 
 from sfx.engine.data_parallel import RankLost
 from sfx.engine.protocol import ERROR, RANK_LOST, RESEND, STOPPED
-from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - LockedQueueError: users import it here
+from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - re-exported
 from sfx.engine.component import ComponentSpec
 from sfx.engine.wiring import Wiring
 

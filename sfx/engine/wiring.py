@@ -31,7 +31,7 @@ from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, 
                                 allocate_trajectory_buffers, num_trajectory_slots)
 from sfx.engine.component import ComponentSpec
 from sfx.engine.queues import LocalQueue, SwitchableQueue, make_process_queue
-from sfx.engine.resources import check_shared_memory, trajectory_buffer_bytes
+from sfx.engine.resources import check_host_memory, check_shared_memory, trajectory_buffer_bytes
 from sfx.models.device import select_device
 from sfx.models.obs import max_obs_ndim, obs_spec, prev_action_reward_spec
 
@@ -255,6 +255,13 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                                         memory_shape[0] * memory_shape[1], rule.stores_final_obs)
     if not serial:
         check_shared_memory(shm_bytes)
+    # what the agent keeps in its learners' memory (replay buffers), per trajectory slot's size
+    slot_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space), rule.fields, 1, 1,
+                                         0, memory_shape[0] * memory_shape[1], rule.stores_final_obs)
+    host_bytes = agent.host_memory_bytes(cfg, slot_bytes) * cfg.num_policies
+    if host_bytes:
+        check_host_memory(host_bytes, f"the learners' replay buffers ({cfg.num_policies} policies)",
+                          "lower the capacities in --replay_parameters (or --rollout, the observation size)")
     traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size, action_shape(action_space),
                                              rule.fields, memory_shape, rule.stores_final_obs)
                  for _ in range(cfg.num_policies))

@@ -243,7 +243,8 @@ class ActorCritic(nn.Module):
 
         Returns:
             ``action_params [B, P]``, ``values [B]`` (reward scale), ``values_normalized [B]``,
-            ``new_rnn_states [B, S]``; with a memory also ``memory_entry [B, memory_width]`` and
+            ``new_rnn_states [B, S]``, ``core_output [B, H]`` (the policy trunk's core output: the features
+            replay's attentive and elite sampling compare); with a memory also ``memory_entry [B, memory_width]`` and
             ``memory_index [B]`` (long): the caller writes each agent's entry at that row of its memory.
         """
         self._check_memory(memory, rnn_states.shape[0])
@@ -257,6 +258,7 @@ class ActorCritic(nn.Module):
             "values": self.denormalize_values(values_norm, tasks),
             "values_normalized": values_norm,
             "new_rnn_states": join_states([s.states for s in steps], rnn_states, self.trunks),
+            "core_output": steps[0].out,
         }
         entry = join_memory_entries([s.memory_entry for s in steps])
         if entry is not None:
@@ -278,8 +280,8 @@ class ActorCritic(nn.Module):
             memory: ``[B, memory_len, memory_width]`` the memory before step 0 (a core with a memory only).
 
         Returns:
-            ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``; with auxiliary
-            heads also the (actor's) ``encoder_features [B * T, F]`` and ``core_outputs [B, T, H]``.
+            ``action_params [B, T, P]``, ``values_normalized [B, T]``, ``values [B, T]``, and the (actor's)
+            ``encoder_features [B * T, F]`` and ``core_outputs [B, T, H]`` (auxiliary heads, replay features).
         """
         B, T = resets.shape
         self._check_memory(memory, B)
@@ -296,8 +298,7 @@ class ActorCritic(nn.Module):
             "values_normalized": values_norm,
             "values": self.denormalize_values(values_norm, tasks),
         }
-        if self.aux is not None:
-            out["encoder_features"], out["core_outputs"] = seqs[0].features, seqs[0].out
+        out["encoder_features"], out["core_outputs"] = seqs[0].features, seqs[0].out
         return out
 
     def forward_trajectories(self, obs: Mapping[str, torch.Tensor], rnn_states: torch.Tensor, dones: torch.Tensor,
@@ -334,10 +335,8 @@ class ActorCritic(nn.Module):
         if self.memory_len:
             resets = torch.cat([prev_done, dones[:, -1:]], dim=1)  # [B, T + 1]
             out = self.forward_sequence(obs, rnn_states[:, 0], resets, tasks, memory)
-            features = core_out = None
-            if self.aux is not None:
-                features = out["encoder_features"].reshape(B, T + 1, -1)[:, :T].reshape(B * T, -1)
-                core_out = out["core_outputs"][:, :T]
+            features = out["encoder_features"].reshape(B, T + 1, -1)[:, :T].reshape(B * T, -1)
+            core_out = out["core_outputs"][:, :T]
             return TrajectoryOutputs(action_params=out["action_params"][:, :T],
                                      values=out["values"][:, :T],
                                      values_normalized=out["values_normalized"][:, :T],
@@ -353,9 +352,8 @@ class ActorCritic(nn.Module):
         out = self.forward_sequence(seq_obs, seq_init, prev_done.reshape(chunks, R), chunk_tasks)
         with torch.no_grad():
             bootstrap = self.forward_step({k: v[:, T] for k, v in obs.items()}, rnn_states[:, T], tasks)["values"]
-        features = core_out = None
-        if self.aux is not None:  # chunks are consecutive pieces of each trajectory: [chunks * R] is [B * T]
-            features, core_out = out["encoder_features"], out["core_outputs"].reshape(B, T, -1)
+        # chunks are consecutive pieces of each trajectory: [chunks * R] is [B * T]
+        features, core_out = out["encoder_features"], out["core_outputs"].reshape(B, T, -1)
         return TrajectoryOutputs(action_params=out["action_params"].reshape(B, T, -1),
                                  values=out["values"].reshape(B, T),
                                  values_normalized=out["values_normalized"].reshape(B, T),

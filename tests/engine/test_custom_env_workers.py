@@ -67,5 +67,7 @@ def test_decorrelate_experience_spreads_the_workers_starts(tmp_path):
             worker, t = line.split()
             first[int(worker)] = min(float(t), first.get(int(worker), float("inf")))
     assert sorted(first) == [0, 1]
-    # seed 3 draws delays of 1.75 s and 3.67 s for workers 0 and 1 (numpy's default_rng(3000 + worker))
-    assert 1.2 < first[1] - first[0] < 3.0
+    # seed 3 draws delays of 1.75 s and 3.67 s for workers 0 and 1 (numpy's default_rng(3000 + worker)): their
+    # first resets are ~1.9 s apart. The upper bound allows for a loaded machine, where one process's start or
+    # env creation alone can lag by seconds (3.2-4.0 s seen under a parallel full suite and a doom training)
+    assert 1.2 < first[1] - first[0] < 6.0

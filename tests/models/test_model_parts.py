@@ -52,7 +52,7 @@ def test_a_state_dict_from_before_the_split_loads_and_acts_as_it_did(case):
     inputs = saved["inputs"]
     with torch.no_grad():
         out = model.forward_step(inputs["obs"], inputs["rnn_states"], inputs.get("tasks"), inputs.get("memory"))
-    assert sorted(out) == sorted(saved["outputs"])
+    assert sorted(saved["outputs"]) == sorted(set(out) - {"core_output"})  # core_output: added since (replay)
     for key, expected in saved["outputs"].items():
         # the same arithmetic; a tolerance only for another CPU's kernels
         torch.testing.assert_close(out[key], expected, rtol=1e-6, atol=1e-6, msg=key)
