@@ -99,12 +99,23 @@ def test_action_space_variants():
     assert tup.to_buttons((2, 1, 0, 1)) == [0, 1, 1, 0, 0, 1, 0]
     with pytest.raises(ConfigError, match="delta"):
         DoomActions(["TURN_LEFT_RIGHT_DELTA"], "discrete")
+    single = DoomActions(["MOVE_LEFT", "MOVE_RIGHT", "ATTACK"], "single")  # Sample Factory's doom_basic
+    assert single.space == gymnasium.spaces.Discrete(4)
+    assert [single.to_buttons(a) for a in range(4)] == [[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]
+    with pytest.raises(ConfigError, match="allowed: discrete, tuple, single"):
+        DoomActions(buttons, "combos")
 
     env = doom("doom_deadly_corridor", doom_action_space="tuple")
     assert env.action_space == tup.space
     env.reset()
     for _ in range(10):
         env.step([env.action_space.sample()])
+    env.close()
+    env = doom("doom_basic", doom_action_space="single")
+    assert env.action_space == gymnasium.spaces.Discrete(4)
+    env.reset()
+    for action in range(4):
+        env.step([action])
     env.close()
 
 

@@ -26,6 +26,20 @@ def test_family_defaults_reach_the_cfg():
     assert default_cfg("mujoco_hopper", hidden_size=128).hidden_size == 128  # the user still wins
 
 
+def test_rewards_are_not_clipped_where_good_policies_earn_them():
+    """The global --reward_clip=10 made every HumanoidStandup reward the same 10 (a random policy already
+    earns 26-46 per step) and capped HalfCheetah and Humanoid at high speed: the family does not clip."""
+    env = make_env(default_cfg("mujoco_humanoidstandup", seed=0))
+    env.reset()
+    rewards = [env.step([env.action_space.sample()])[1][0] for _ in range(20)]
+    env.close()
+    assert min(rewards) > 10
+    for name in ("mujoco_humanoidstandup", "mujoco_halfcheetah", "mujoco_humanoid"):
+        # standing, HumanoidStandup earns about 1.4 m / 0.003 s = 470 per frame; 4 frames per step
+        assert default_cfg(name).reward_clip >= 4 * 470, name
+        assert default_cfg(name, env_frameskip=4, reward_clip=10).reward_clip == 10  # the user still wins
+
+
 def test_unknown_task_is_a_config_error_with_close_matches():
     with pytest.raises(ConfigError, match=r"--env=mujoco_halfchetah is not a MuJoCo task; did you mean: "
                                           r"mujoco_halfcheetah"):

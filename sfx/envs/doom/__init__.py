@@ -9,7 +9,8 @@ fixed-cost scenario for throughput runs). Flags of the family:
   instead of 4:3 (160x120, the scenarios' own field of view, faster).
 * ``--pixel_format`` (rgb): ``rgb`` -> ``(3, H, W)`` or ``gray`` -> ``(1, H, W)``, uint8.
 * ``--doom_action_space`` (discrete): ``discrete`` = one Discrete over all combinations of button
-  groups; ``tuple`` = a Tuple of one Discrete per group (see :mod:`sfx.envs.doom.actions`).
+  groups; ``tuple`` = a Tuple of one Discrete per group; ``single`` = none or one button at a time
+  (see :mod:`sfx.envs.doom.actions`).
 * ``--doom_measurements`` (False): game variables in the observation (``obs['measurements']``) (see :mod:`sfx.envs.doom.env`).
 * ``--doom_reward_shaping`` (off): ``name=weight,...`` over health_delta, armor_delta, ammo_delta,
   kill, item, damage, death (see :mod:`sfx.envs.doom.reward_shaping`).
@@ -84,7 +85,9 @@ def add_doom_params(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pixel_format", choices=PIXEL_FORMATS, default="rgb",
                    help="observation channels: rgb (3, H, W) or gray (1, H, W), uint8")
     g.add_argument("--doom_action_space", choices=ACTION_SPACE_KINDS, default="discrete",
-                   help="discrete: one Discrete over all button-group combinations; tuple: one Discrete per group")
+                   help="discrete: one Discrete over all button-group combinations; tuple: one Discrete per group; "
+                        "single: one Discrete over none and each button alone (Sample Factory's doom_basic: idle, "
+                        "left, right, attack)")
     add_bool_arg(g, "doom_measurements", False,
                  "observe the game variables (health, ammo, kills ...) too: a Dict observation {obs: frame, "
                  "measurements: float32 vector}, read by the model with a small MLP beside the image encoder")

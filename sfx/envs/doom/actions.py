@@ -7,6 +7,9 @@ button is a group of its own (pressed or not).
 * ``discrete``: one ``Discrete`` over every combination of the groups' choices (the product),
   e.g. basic (MOVE_LEFT/MOVE_RIGHT, ATTACK) -> 3 x 2 = 6 actions. Action 0 presses nothing.
 * ``tuple``: a ``Tuple`` of one ``Discrete(len(group) + 1)`` per group, choice 0 = none.
+* ``single``: one ``Discrete`` over "none" and each button pressed alone, in button order: basic ->
+  idle, left, right, attack (4 actions), Sample Factory 2's doom_basic space. Combinations are not
+  reachable (no moving while shooting).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 
 from sfx.errors import ConfigError
 
-ACTION_SPACE_KINDS = ("discrete", "tuple")
+ACTION_SPACE_KINDS = ("discrete", "tuple", "single")
 
 # pairs of buttons that cancel each other
 _OPPOSITES = (
@@ -66,7 +69,7 @@ class DoomActions:
 
     Args:
         buttons: the game's button names, in the game's order.
-        kind: ``discrete`` or ``tuple`` (see the module docstring).
+        kind: ``discrete``, ``tuple`` or ``single`` (see the module docstring).
     """
 
     def __init__(self, buttons: Sequence[str], kind: str) -> None:
@@ -78,7 +81,11 @@ class DoomActions:
         choices = [range(len(g) + 1) for g in self.groups]
         # every (group choice, ...) combination as a full button vector, built once: stepping is a lookup
         self._combos = [self._buttons_of(c) for c in itertools.product(*choices)]
-        if kind == "discrete":
+        if kind == "single":
+            # none first, then each button alone in the game's button order (not the groups' product order)
+            self._combos = [[0.0] * len(self.buttons)] + [[float(i == b) for i in range(len(self.buttons))]
+                                                         for b in range(len(self.buttons))]
+        if kind in ("discrete", "single"):
             self.space: gymnasium.Space = gymnasium.spaces.Discrete(len(self._combos))
         else:
             self.space = gymnasium.spaces.Tuple([gymnasium.spaces.Discrete(len(g) + 1) for g in self.groups])
@@ -92,7 +99,7 @@ class DoomActions:
 
     def to_buttons(self, action: Any) -> list[float]:
         """One action of :attr:`space` -> the button vector ``make_action`` takes."""
-        if self.kind == "discrete":
+        if self.kind in ("discrete", "single"):
             return self._combos[int(action)]
         choice = [int(a) for a in np.asarray(action).reshape(-1)]
         if len(choice) != len(self.groups):

@@ -44,6 +44,12 @@ MUJOCO_ENVS: dict[str, str] = {
 # envs are cheap on CPU, so sample efficiency matters more than keeping the learner idle-free).
 # exploration_loss_coeff 0: the Gaussian's learned log-std explores by itself, an entropy bonus on
 # unbounded log-std only slows the policy down on these tasks.
+# reward_clip: no clipping. These rewards are dense, bounded by the physics and summed over the frames of
+# a step, and the returns are normalized; the global 10 capped the signal where it matters: HalfCheetah's
+# reward is its forward speed (good policies run above 10 m/s), Humanoid's 5 + 1.25 x speed passes 10 near
+# 4 m/s, and HumanoidStandup's height / timestep is 26-46 per frame already for a random policy (lying
+# down) and about 470 standing, so every one of its rewards was clipped to the same 10 and it had nothing
+# to learn from. Sample Factory's MuJoCo runs keep its default 1000; 1e6 also covers frameskip.
 DEFAULT_OVERRIDES: dict[str, Any] = {
     "encoder_type": "mlp",
     "encoder_subtype": "mlp_mujoco",
@@ -62,6 +68,7 @@ DEFAULT_OVERRIDES: dict[str, Any] = {
     "exploration_loss_coeff": 0.0,
     "ppo_clip_ratio": 0.2,
     "max_grad_norm": 3.5,
+    "reward_clip": 1e6,
     "num_envs_per_worker": 8,
     "worker_num_splits": 2,
 }
