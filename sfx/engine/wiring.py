@@ -309,30 +309,26 @@ def _portable_family(env_name: str) -> Any:
     """The env's family if it can travel to worker processes (its functions pickle by reference);
     else None, and the workers rely on the registration their imports perform (a lambda made
     inside ``if __name__ == '__main__'`` cannot reach them at all)."""
-    import pickle
-
     from sfx.envs.registry import find_family
 
     family = find_family(env_name)
-    try:
-        pickle.dumps(family)
-    except Exception:
-        log.debug("env family %r cannot be pickled; workers register it through their imports", family.prefix)
-        return None
-    return family
+    return _portable(family, f"env family {family.prefix!r}")
 
 
 def _portable_agent(agent: type[Agent]) -> type[Agent] | None:
-    """The agent if its class can travel to worker processes (by reference); else None, and the workers
-    rely on the registration their imports perform."""
+    """The agent if its class can travel to worker processes (by reference); else None, as for families."""
+    return _portable(agent, f"agent {agent.name!r}")
+
+
+def _portable(obj: Any, what: str) -> Any:
     import pickle
 
     try:
-        pickle.dumps(agent)
+        pickle.dumps(obj)
     except Exception:
-        log.debug("agent %r cannot be pickled; workers find it through their imports", agent.name)
+        log.debug("%s cannot be pickled; workers find it through their imports", what)
         return None
-    return agent
+    return obj
 
 
 def build_component(w: Wiring, role: str, index: int, policy: int, device: torch.device, incarnation: int = 0):
