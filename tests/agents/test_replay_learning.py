@@ -11,20 +11,12 @@ import pytest
 
 from sfx.cfg import default_cfg
 from sfx.engine import run_training
+from bench.replay import MIXES  # the mixes the bench compares, queue only aside
 from tests.engine.test_learning import reached_stop_reward
-
-MIXES = {
-    "standard": [{"type": "queue", "capacity": 1, "sample_ratio": 0.5},
-                 {"type": "standard", "capacity": 1000, "sample_ratio": 0.5}],
-    "elite": [{"type": "queue", "capacity": 1, "sample_ratio": 0.5},
-              {"type": "custom", "capacity": 1000, "sample_ratio": 0.5, "dist_function": "ln_norm",
-               "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 2, "insert_strategy": "elite_insertion",
-               "elite_sampling_strategy": "strategy3"}],
-}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mix", sorted(MIXES))
+@pytest.mark.parametrize("mix", ["elite", "standard"])
 def test_cartpole_reaches_400_with_replay(tmp_path, mix):
     cfg = default_cfg(env="gym_CartPole-v1", experiment=f"replay_{mix}", train_dir=str(tmp_path), num_workers=2,
                       num_envs_per_worker=8, rollout=32, batch_size=512, use_rnn=False, learning_rate=3e-4,
