@@ -113,9 +113,7 @@ class ReplayMix:
         self.queue = next((i for i, s in enumerate(self.specs) if s.type == "queue"), None)
         self.rings = {i: TrajectoryRing(s.capacity) for i, s in enumerate(self.specs) if s.type != "queue"}
         self.samples = {i: 0 for i in self.rings}  # samples drawn per custom buffer (lambda annealing)
-        self.inserted = {i: 0 for i in self.rings}  # trajectories inserted per buffer
         self.last_row = {i: -1 for i in self.rings}  # the newest trajectory's row (attentive sampling's reference)
-        self.iterations = 0
         fresh.per_iteration = self._fresh_per_iteration
 
     def _composition(self) -> list[int]:
@@ -148,7 +146,6 @@ class ReplayMix:
             valids.append(fresh.valids)
             ages.append(fresh.age)
             fresh_flags.append(fresh.fresh)
-        stats["replay/fresh_share"] = 0.0
         for i, ring in self.rings.items():
             want = counts[i]
             if want > 0 and ring.size > 0:
@@ -169,7 +166,6 @@ class ReplayMix:
         n = sum(len(f) for f in fresh_flags)
         trained_fresh = int(sum(int(f.sum()) for f in fresh_flags))
         stats["replay/fresh_share"] = trained_fresh / max(1, n)
-        self.iterations += 1
         return Batch(data=_cat(parts), valids=torch.cat(valids), fresh=torch.cat(fresh_flags), age=torch.cat(ages),
                      env_steps=fresh.env_steps, ids=torch.full((n,), -1, dtype=torch.long, device=self.device),
                      stats=stats)
@@ -230,5 +226,4 @@ class ReplayMix:
                 ring.insert(tree_map(lambda v, j=j: v[j:j + 1], data), torch.tensor([row]))
                 rows.append(row)
             rows = torch.tensor(rows)
-        self.inserted[i] += n
         self.last_row[i] = int(rows[-1])
