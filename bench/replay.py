@@ -1,12 +1,14 @@
 """Replay's sample efficiency, side by side in one run: queue only, queue + standard, queue + elite.
 
     python -m bench.replay [--env=cartpole|atari_pong|atari_breakout] [--seeds=0,1,2] [--frames=N]
-                           [--threshold=R] [--seconds=S] [--mixes=queue,standard,elite] [--out=DIR]
+                           [--threshold=R] [--seconds=S] [--mixes=queue,standard,elite] [--keep_going] [--out=DIR]
+                           [-- extra sfx.train flags, after the preset's]
 
 Each mix trains ``python -m sfx.train`` (one after the other, never together) with the preset's flags and
 ``--replay_parameters`` (none for ``queue``; 50% fresh and 50% from a 1000-trajectory buffer for the
 others; ``elite``: the platform's custom buffer with elite sampling over 2 x N candidates, strategy3 and
-elite insertion), stopped at ``--threshold`` (``--stop_at_reward``), ``--frames`` or ``--seconds``.
+elite insertion), stopped at ``--threshold`` (``--stop_at_reward``; not with ``--keep_going``, so that
+every run's final average is at the same env steps), ``--frames`` or ``--seconds``.
 Read back from each run's TensorBoard files: env steps and seconds until the 100-episode average first
 reached the threshold, the final average, the training's samples/s (``fps`` over the run: what elite
 sampling's feature recomputation costs). Output: a table, ``replay_<env>.png`` (reward vs env steps, one
@@ -23,6 +25,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.procs import split_extra
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +47,7 @@ PRESETS = {
     "atari_pong": (["--env=atari_pong", "--num_workers=2", "--num_envs_per_worker=8", "--device=cpu"], 2_000_000,
                    -15.0),
     "atari_breakout": (["--env=atari_breakout", "--num_workers=2", "--num_envs_per_worker=8", "--device=cpu"],
-                       2_000_000, 10.0),
+                       600_000, 3.0),
 }
 
 
@@ -66,9 +70,10 @@ def first_at(curve: list[tuple[int, float, float]], threshold: float, start: flo
 def run(mix: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     flags, _, _ = PRESETS[args.env]
     experiment = f"{mix}_s{seed}"
-    cmd = [sys.executable, "-m", "sfx.train", *flags, f"--train_dir={out}", f"--experiment={experiment}",
-           f"--seed={seed}", f"--train_for_env_steps={args.frames}", f"--stop_at_reward={args.threshold}",
-           "--experiment_summaries_interval=2"]
+    cmd = [sys.executable, "-m", "sfx.train", *flags, *args.extra, f"--train_dir={out}", f"--experiment={experiment}",
+           f"--seed={seed}", f"--train_for_env_steps={args.frames}", "--experiment_summaries_interval=2"]
+    if not args.keep_going:
+        cmd.append(f"--stop_at_reward={args.threshold}")
     if args.seconds:
         cmd.append(f"--train_for_seconds={args.seconds}")
     if MIXES[mix]:
@@ -93,8 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=None)
     p.add_argument("--threshold", type=float, default=None)
     p.add_argument("--seconds", type=float, default=0.0)
+    p.add_argument("--keep_going", action="store_true",
+                   help="train every run for --frames (final averages at equal env steps), not until --threshold")
     p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
+    own, extra = split_extra(sys.argv[1:] if argv is None else list(argv))
+    args = p.parse_args(own)
+    args.extra = extra
     _, frames, threshold = PRESETS[args.env]
     args.frames = args.frames or frames
     args.threshold = threshold if args.threshold is None else args.threshold

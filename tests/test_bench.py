@@ -274,3 +274,30 @@ def test_ranks_scaling_tiny_mode_trains_one_and_two_ranks_and_times_the_allreduc
     doom, cartpole = summary["allreduce"]
     assert doom["env"] == "doom_basic" and cartpole["env"] == "gym_CartPole-v1"
     assert doom["status"] == "done" and doom["floats"] > cartpole["floats"] > 0 and doom["ms_per_call"] > 0
+
+
+@pytest.mark.slow  # three trainings' start-ups: ~40 s on a quiet 2-core machine
+def test_replay_bench_runs_every_mix_and_reads_back_steps_reward_and_throughput(tmp_path, capsys):
+    """bench/replay.py end to end on a tiny CartPole (flags after ``--`` go to every training): each mix trains,
+    its TensorBoard curve is read back into the table, the json and the plot."""
+    import json
+
+    from bench import replay
+
+    rc = replay.main(["--env=cartpole", "--seeds=0", "--frames=3000", "--threshold=5", "--keep_going",
+                      f"--out={tmp_path}", "--", "--num_workers=1", "--num_envs_per_worker=4", "--rollout=16",
+                      "--batch_size=128", "--hidden_size=32"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    results = json.loads((tmp_path / "replay_cartpole.json").read_text())["results"]
+    assert [r["mix"] for r in results] == ["queue", "standard", "elite"]
+    for r in results:
+        log = (tmp_path / f"{r['mix']}_s0.log").read_text()
+        # a random CartPole policy's episodes last ~20 steps: the 5 bar is met at the first reported average
+        assert r["steps_to_threshold"] is not None and r["final"] > 5 and r["fps"] > 0, log[-2000:]
+        assert r["curve"][-1][0] >= 3000
+    assert out.count("--batch_size=128") == 3 and out.count("--replay_parameters=") == 2
+    assert replay.scalars(tmp_path, "standard_s0", "replay/1_standard/fill")
+    assert replay.scalars(tmp_path, "elite_s0", "replay/1_custom/distance_mean")
+    assert not replay.scalars(tmp_path, "queue_s0", "replay/fresh_share")
+    assert (tmp_path / "replay_cartpole.png").stat().st_size > 1000

@@ -358,6 +358,16 @@ class APPO(Agent):
         return APPOActingRule(action_space, cfg.hidden_size if replay_needs_features(replay_specs(cfg)) else 0)
 
     @classmethod
+    def check_model(cls, cfg: Any, model: torch.nn.Module) -> None:
+        if replay_needs_features(replay_specs(cfg)):
+            # the acting rule's `features` field is sized before any model exists, from --hidden_size
+            width = getattr(getattr(model, "trunks", [None])[0], "out_size", None)
+            if width != cfg.hidden_size:
+                raise ConfigError(f"a custom replay buffer compares the core's output features, {cfg.hidden_size} "
+                                  f"wide (--hidden_size); this model's are {width}: allowed: a model whose policy "
+                                  f"trunk gives --hidden_size features, or standard buffers only")
+
+    @classmethod
     def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
         return sum(s.capacity for s in replay_specs(cfg) if s.type != "queue") * trajectory_bytes
 
@@ -374,12 +384,7 @@ class APPO(Agent):
         self.advantage_stats = (RunningMeanStd((), clip=None).to(device)
                                 if running_advantage_normalization(cfg) else None)
         self.replay = replay_specs(cfg)
-        if replay_needs_features(self.replay):
-            width = getattr(getattr(model, "trunks", [None])[0], "out_size", None)
-            if width != cfg.hidden_size:
-                raise ConfigError(f"a custom replay buffer compares the core's output features, {cfg.hidden_size} "
-                                  f"wide (--hidden_size); this model's are {width}: allowed: a model whose policy "
-                                  f"trunk gives --hidden_size features, or standard buffers only")
+        self.check_model(cfg, model)
 
     def sample_source(self, fresh: Any) -> Any:
         if not any(s.type != "queue" for s in self.replay):

@@ -162,6 +162,12 @@ class Agent:
         return create_actor_critic(cfg, obs_space, action_space, num_tasks)
 
     @classmethod
+    def check_model(cls, cfg: Any, model: torch.nn.Module) -> None:
+        """Raise :class:`~sfx.errors.ConfigError` when ``model`` (``make_model``'s, e.g. with a custom
+        encoder or core) cannot serve this agent with these flags. The coordinator asks before anything
+        starts (and before ``cfg.json`` is written), so a mismatch is one line, not a learner's crash."""
+
+    @classmethod
     def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
         raise NotImplementedError(f"agent {cls.name} declares no acting rule")
 

@@ -193,8 +193,9 @@ def run_training(cfg: Any) -> dict:
     try:
         check_observers_available(cfg)
         env_info = probe_env(cfg)
-        model = find_agent(cfg.algo).make_model(cfg, env_info.observation_space, env_info.action_space,
-                                                env_info.num_tasks)
+        agent = find_agent(cfg.algo)
+        model = agent.make_model(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
+        agent.check_model(cfg, model)
         check_checkpoints_fit(cfg, model)
         check_eval_env(cfg, env_info)
         require_wandb(cfg)

@@ -183,6 +183,20 @@ def reward_target_reached(policy_stats: list[PolicyStats], target: float | None,
 STATUS_MAX_TASKS = 6  # tasks whose rewards the status line lists one by one
 
 
+def replay_text(train: dict[str, float]) -> str:
+    """With experience replay (``replay/*`` in the learner's last statistics): the fresh share of the batch
+    and each buffer's fill and mean sample age in learner steps, e.g. `` replay fresh 50%, 1_standard
+    fill 38% age 4.2``; empty without replay."""
+    if "replay/fresh_share" not in train:
+        return ""
+    buffers = sorted({k.split("/")[1] for k in train if k.startswith("replay/") and k.endswith("/fill")})
+    parts = [f"replay fresh {train['replay/fresh_share']:.0%}"]
+    for b in buffers:
+        age = train.get(f"replay/{b}/age_mean")
+        parts.append(f"{b} fill {train[f'replay/{b}/fill']:.0%}" + (f" age {age:.1f}" if age is not None else ""))
+    return " " + ", ".join(parts)
+
+
 def reward_text(stats: PolicyStats) -> str:
     """A policy's progress for the status line: ``reward <mean>``; with several tasks each task's own mean
     reward instead (an average over tasks of other reward scales follows the largest scale only), the first
@@ -220,7 +234,8 @@ def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_s
         tag = f"p{p} " if len(policy_stats) > 1 else ""
         lag = s.train.get("policy_lag_avg", float("nan"))
         lag_max = s.train.get("policy_lag_max", float("nan"))
-        parts.append(f"{tag}{reward_text(s)} len {s.mean('len'):.0f} lag {lag:.1f}/{lag_max:.0f}")
+        parts.append(f"{tag}{reward_text(s)} len {s.mean('len'):.0f} lag {lag:.1f}/{lag_max:.0f}"
+                     + replay_text(s.train))
     rate = next((f for f in (fps[1], fps[0]) if f > 0), 0.0)
     eta_steps = (target_steps - env_steps) / rate if rate > 0 else float("inf")
     eta = min(eta_steps, time_limit - elapsed) if time_limit < 1e9 else eta_steps

@@ -164,3 +164,34 @@ def test_a_serial_run_with_standard_replay_and_clear_reports_replay_statistics(t
     assert stats["replay/fresh_share"] == 0.5 and stats["replay/1_standard/samples"] == 4
     assert stats["replay/1_standard/age_mean"] > 0 and "loss/clear_policy_cloning" in stats
     assert "loss/clear_value_cloning" in stats
+
+
+def test_a_custom_buffer_on_a_model_whose_features_are_not_hidden_size_wide_stops_before_anything_starts(tmp_path):
+    from sfx.models.cores import RnnCore, register_core, unregister_core
+
+    register_core("wide_gru", lambda cfg, input_size: RnnCore(input_size, 2 * cfg.hidden_size, "gru"))
+    try:
+        cfg = default_cfg(env="gym_CartPole-v1", experiment="wide", train_dir=str(tmp_path), replay_parameters=ELITE,
+                          use_rnn=True, rnn_type="wide_gru", hidden_size=16, recurrence=8, num_workers=1, num_envs_per_worker=2,
+                          rollout=8, batch_size=32, device="cpu")
+        with pytest.raises(ConfigError, match=r"16 wide \(--hidden_size\); this model's are 32") as e:
+            run_training(cfg)
+        assert "\n" not in str(e.value)
+        assert not (tmp_path / "wide" / "cfg.json").exists()
+        # standard buffers compare no features: the same model trains with them
+        APPO.check_model(default_cfg(replay_parameters=QUEUE_STANDARD, use_rnn=True, rnn_type="wide_gru",
+                                     hidden_size=16, recurrence=8, rollout=8, batch_size=32),
+                         torch.nn.Module())
+    finally:
+        unregister_core("wide_gru")
+
+
+def test_the_status_line_shows_the_fresh_share_and_each_buffer_s_fill_and_age():
+    from sfx.engine.stats import PolicyStats, status_line
+
+    stats = PolicyStats(100)
+    stats.add_train({"replay/fresh_share": 0.5, "replay/1_standard/fill": 0.375, "replay/1_standard/age_mean": 4.25,
+                     "replay/1_standard/samples": 8.0, "replay/2_custom/fill": 0.1})
+    line = status_line([stats], [1.0] * 3, 1.0, 10, 100, 1.0, 1e9)
+    assert "replay fresh 50%, 1_standard fill 38% age 4.2, 2_custom fill 10% |" in line
+    assert "replay" not in status_line([PolicyStats(100)], [1.0] * 3, 1.0, 10, 100, 1.0, 1e9)
