@@ -15,9 +15,16 @@ from sfx.algo.distributions import (
 )
 from sfx.algo.gae import gae
 from sfx.algo.normalizers import RunningMeanStd
+from sfx.algo.nstep import NStepTargets, n_step_targets
 from sfx.algo.popart import (PopArtStats, PopArtStep, popart_advantages, popart_normalize, popart_preserve_,
                              popart_step, popart_unnormalize, popart_update, select_task_values)
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
+from sfx.algo.prioritized import PrioritizedSample, PrioritizedSampler, SumTree
+from sfx.algo.qlearning import (DoubleQTargets, R2D2Loss, actor_epsilons, double_q_targets, importance_weights,
+                                r2d2_loss, sequence_priorities, td_errors, value_rescale, value_rescale_inverse)
+from sfx.algo.sac import (SAC_LOG_STD_MAX, SAC_LOG_STD_MIN, CriticLoss, SquashedGaussian, SquashedSample, actor_loss,
+                          check_action_bounds, clipped_double_q_target, critic_loss, default_target_entropy,
+                          polyak_update_, temperature_loss)
 from sfx.algo.targets import Targets
 from sfx.algo.vtrace import vtrace
 
@@ -51,4 +58,31 @@ __all__ = [
     "ppo_policy_loss",
     "ppo_value_loss",
     "vtrace",
+    "NStepTargets",
+    "n_step_targets",
+    "PrioritizedSample",
+    "PrioritizedSampler",
+    "SumTree",
+    "DoubleQTargets",
+    "R2D2Loss",
+    "actor_epsilons",
+    "double_q_targets",
+    "importance_weights",
+    "r2d2_loss",
+    "sequence_priorities",
+    "td_errors",
+    "value_rescale",
+    "value_rescale_inverse",
+    "SAC_LOG_STD_MAX",
+    "SAC_LOG_STD_MIN",
+    "CriticLoss",
+    "SquashedGaussian",
+    "SquashedSample",
+    "actor_loss",
+    "check_action_bounds",
+    "clipped_double_q_target",
+    "critic_loss",
+    "default_target_entropy",
+    "polyak_update_",
+    "temperature_loss",
 ]
