@@ -73,6 +73,12 @@ class ActingRule:
         acting agent each row is (a rule may act differently per actor, e.g. an epsilon per actor)."""
         raise NotImplementedError
 
+    def bind_actors(self, first: int, total: int) -> None:
+        """Told once by each policy worker before it acts: its ``actor_ids`` ``0 .. n - 1`` are actors
+        ``first .. first + n - 1`` of the ``total`` acting agents of all ranks (a rule that acts differently
+        per actor, e.g. R2D2's epsilon ladder, spreads over all of them). Without it (evaluation, enjoy) a
+        rule acts as for evaluation."""
+
     def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The deterministic actions ``[n, k]`` (export, ``--deterministic``); torch operations only."""
         raise NotImplementedError

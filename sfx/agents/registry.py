@@ -68,7 +68,8 @@ def _load_builtin() -> None:
     if not _builtin_loaded:
         from sfx.agents.appo import APPO
         from sfx.agents.dummy import DummySampler
+        from sfx.agents.r2d2 import R2D2
 
-        for agent in (APPO, DummySampler):
+        for agent in (APPO, DummySampler, R2D2):
             _agents.setdefault(agent.name, agent)  # a user's agent registered under the name first stays
         _builtin_loaded = True

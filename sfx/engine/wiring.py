@@ -178,6 +178,9 @@ def build_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, in
     from sfx.engine.policy_worker import PolicyWorker
 
     rule = wiring_agent(w).acting_rule(w.cfg, w.env_info.action_space)
+    actors = int(w.agents.final_rnn.shape[0])  # this rank's acting agents (all workers)
+    rank, world = (w.ranks.rank, w.ranks.world_size) if w.ranks is not None else (0, 1)
+    rule.bind_actors(first=rank * actors, total=world * actors)
     return PolicyWorker(w.cfg, spec.policy, spec.index, _seeded_model(w, spec.policy), rule, w.traj[spec.policy],
                         w.agents, w.weights[spec.policy], list(w.rollout_inboxes), w.report_queue, device)
 

@@ -1,0 +1,297 @@
+"""R2D2 (Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed Reinforcement Learning"), with
+central inference as in SEED RL (Espeholt et al. 2020): ``--algo=R2D2``.
+
+Acting (the policy workers batch every actor's inference): a dueling recurrent Q-network
+(:class:`~sfx.models.q_network.QNetwork`, any encoder, no core / GRU / LSTM); actor ``i`` of ``N`` acts
+epsilon-greedily with ``epsilon_i = base^(1 + alpha i / (N - 1))`` (Ape-X; base 0.4, alpha 7), evaluation
+and ``sfx.enjoy`` with ``--eval_epsilon``. It stores per step the action's Q-value, the greedy Q-value
+(initial priorities), its epsilon and actor id, and for a time-limit step the greedy Q-value of the final
+observation (bootstrapped from).
+
+Learning: fresh trajectories become overlapping sequences with a burn-in prefix in a prioritized replay
+(:mod:`sfx.agents.sequence_replay`); ``--replay_ratio`` decides how many minibatches each iteration trains.
+A step: burn-in of the online and target networks from the stored state (no gradient), Q-values over the
+trained steps, n-step double-Q targets with value rescaling (:mod:`sfx.algo.qlearning`; terminations cut
+the bootstrap, truncations bootstrap from the final observation's stored value), the importance-weighted
+squared TD loss summed over each sequence's steps, Adam with gradient clipping, new priorities
+``0.9 max|delta| + 0.1 mean|delta|`` back to the replay, and the target network copied every
+``--target_update_period`` steps. Names and defaults follow SEED RL's R2D2 where it has them (README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch
+from sfx.algo.qlearning import actor_epsilons, double_q_targets, r2d2_loss, sequence_priorities, td_errors
+from sfx.errors import ConfigError
+
+__all__ = ["R2D2", "EpsilonGreedy"]
+
+
+class EpsilonGreedy(ActingRule):
+    """Epsilon-greedy over the Q-values, one epsilon per actor (see the module docstring)."""
+
+    truncation_field = "trunc_q"
+
+    def __init__(self, num_actions: int, base: float, alpha: float, eval_epsilon: float,
+                 seed: int | None = None) -> None:
+        self.num_actions = int(num_actions)
+        self.base, self.alpha, self.eval_epsilon = float(base), float(alpha), float(eval_epsilon)
+        self.epsilons: torch.Tensor | None = None  # per actor of this rank, after bind_actors
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed))
+        self.fields = {"q_taken": FieldSpec(()), "q_max": FieldSpec(()), "trunc_q": FieldSpec(()),
+                       "epsilon": FieldSpec(()), "actor_ids": FieldSpec((), torch.int64)}
+
+    def bind_actors(self, first: int, total: int) -> None:
+        self.epsilons = actor_epsilons(total, self.base, self.alpha)[first:]
+
+    def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
+            actor_ids: torch.Tensor | None = None) -> Acted:
+        q = out["q_values"]
+        n = q.shape[0]
+        greedy = q.argmax(dim=1)
+        if deterministic or self.epsilons is None or actor_ids is None:
+            eps = torch.full((n,), self.eval_epsilon)
+        else:
+            eps = self.epsilons[actor_ids.cpu().long()]
+        explore = torch.rand(n, generator=self.generator) < eps
+        # a random action among the allowed ones (masked actions' Q-values are MASKED_LOGIT)
+        allowed = (q > -1e8).cpu()
+        random = torch.multinomial(allowed.float() + (~allowed.any(dim=1, keepdim=True)).float(), 1,
+                                   generator=self.generator).squeeze(1)
+        actions = torch.where(explore, random, greedy.cpu()).to(q.device)
+        ids = actor_ids.long() if actor_ids is not None else torch.full((n,), -1, dtype=torch.long)
+        fields = {"q_taken": q.gather(1, actions.unsqueeze(1)).squeeze(1), "q_max": q.max(dim=1).values,
+                  "epsilon": eps.to(q.device), "actor_ids": ids.to(q.device)}
+        return Acted(actions.float().reshape(n, 1), fields)
+
+    def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return out["q_values"].argmax(dim=1, keepdim=True)
+
+    def truncation_values(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return out["q_values"].max(dim=1).values
+
+
+def add_r2d2_flags(g: argparse._ActionsContainer) -> None:
+    """R2D2's flags, SEED RL's names and defaults where it has them."""
+    g.add_argument("--burn_in", type=int, default=40,
+                   help="steps of each sequence's prefix replayed only to warm up the recurrent state (no loss); "
+                        "consecutive sequences of an actor overlap on them; < --rollout")
+    g.add_argument("--n_step", type=int, default=5, help="n-step double-Q targets: rewards summed before bootstrapping")
+    g.add_argument("--target_update_period", type=int, default=400,
+                   help="the target network is a copy of the online one, renewed every this many learner steps")
+    g.add_argument("--replay_ratio", type=float, default=1.5,
+                   help="the average number of times each stored step is trained on (trained steps per fresh "
+                        "step), whatever the sampling speed; > 0")
+    g.add_argument("--replay_buffer_size", type=int, default=1000, help="sequences kept in the replay buffer")
+    g.add_argument("--replay_buffer_min_size", type=int, default=10,
+                   help="learning starts once the buffer holds this many sequences")
+    g.add_argument("--priority_exponent", type=float, default=0.9, help="alpha: sampling probability ~ priority^alpha")
+    g.add_argument("--importance_sampling_exponent", type=float, default=0.6,
+                   help="beta of the importance weights (N P(i))^-beta, normalised by the batch's largest")
+    g.add_argument("--priority_eta", type=float, default=0.9,
+                   help="a sequence's priority: eta max|td| + (1 - eta) mean|td| over its steps")
+    g.add_argument("--value_function_rescaling_epsilon", type=float, default=1e-3,
+                   help="eps of h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x, the rescaling of Q targets; > 0")
+    g.add_argument("--epsilon_base", type=float, default=0.4,
+                   help="actor i of N explores with epsilon_base^(1 + epsilon_alpha i / (N - 1))")
+    g.add_argument("--epsilon_alpha", type=float, default=7.0, help="see --epsilon_base")
+    g.add_argument("--eval_epsilon", type=float, default=1e-3, help="epsilon of evaluation and sfx.enjoy")
+    # SEED RL's R2D2 values of the trainer's shared flags (a command line or an env family still overrides them)
+    g.set_defaults(gamma=0.997, max_grad_norm=40.0, adam_eps=1e-3, rollout=80, recurrence=80, batch_size=64 * 80)
+
+
+def validate_r2d2_cfg(cfg: Any) -> None:
+    ints = {"n_step": 1, "target_update_period": 1, "replay_buffer_size": 1, "replay_buffer_min_size": 0,
+            "burn_in": 0}
+    for name, low in ints.items():
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ConfigError(f"--{name}={value} must be an integer >= {low}")
+    if cfg.burn_in >= cfg.rollout:
+        raise ConfigError(f"--burn_in={cfg.burn_in} must be shorter than a sequence (--rollout={cfg.rollout}): "
+                          f"the burn-in prefix comes from the actor's previous sequence")
+    if not (cfg.replay_ratio > 0 and math.isfinite(cfg.replay_ratio)):
+        raise ConfigError(f"--replay_ratio={cfg.replay_ratio} must be a finite number > 0 (trained steps per fresh "
+                          f"step)")
+    for name in ("priority_exponent", "importance_sampling_exponent", "priority_eta", "epsilon_base",
+                 "eval_epsilon"):
+        value = getattr(cfg, name)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"--{name}={value} must be in [0, 1]")
+    if not cfg.value_function_rescaling_epsilon > 0:
+        raise ConfigError(f"--value_function_rescaling_epsilon={cfg.value_function_rescaling_epsilon} must be > 0")
+    if not cfg.epsilon_alpha >= 0:
+        raise ConfigError(f"--epsilon_alpha={cfg.epsilon_alpha} must be >= 0")
+    if cfg.replay_buffer_min_size > cfg.replay_buffer_size:
+        raise ConfigError(f"--replay_buffer_min_size={cfg.replay_buffer_min_size} is more than the buffer holds "
+                          f"(--replay_buffer_size={cfg.replay_buffer_size}): learning would never start")
+    if cfg.batch_size % cfg.rollout:
+        raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of --rollout={cfg.rollout} "
+                          f"(a minibatch is whole sequences)")
+
+
+class R2D2(Agent):
+    """See the module docstring."""
+
+    name = "R2D2"
+    flag_group = "R2D2 (--algo=R2D2)"
+
+    @classmethod
+    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
+        add_r2d2_flags(parser)
+
+    @classmethod
+    def validate(cls, cfg: Any) -> None:
+        validate_r2d2_cfg(cfg)
+
+    @classmethod
+    def sequences_per_minibatch(cls, cfg: Any) -> int:
+        return max(1, cfg.batch_size // cfg.rollout)
+
+    @classmethod
+    def trajectories_per_iteration(cls, cfg: Any) -> int:
+        # SEED's insertion batch: a minibatch's sequences / the replay ratio (one minibatch per iteration on average)
+        return max(1, round(cls.sequences_per_minibatch(cfg) / cfg.replay_ratio))
+
+    @classmethod
+    def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:
+        from sfx.models.q_network import QNetwork
+
+        return QNetwork(cfg, obs_space, action_space, num_tasks)
+
+    @classmethod
+    def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
+        from sfx.models.q_network import discrete_actions
+
+        return EpsilonGreedy(discrete_actions(action_space, cls.name), cfg.epsilon_base, cfg.epsilon_alpha,
+                             cfg.eval_epsilon, seed=cfg.seed)
+
+    @classmethod
+    def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
+        # a stored sequence is a trajectory plus its burn-in prefix
+        return int(cfg.replay_buffer_size * trajectory_bytes * (cfg.rollout + cfg.burn_in) / cfg.rollout)
+
+    @classmethod
+    def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
+        return {"learning_rate": (1e-6, 1e-2), "max_grad_norm": (1.0, 200.0)}
+
+    def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
+        super().__init__(cfg, model, device, group)
+        if group is not None:
+            raise ConfigError("--algo=R2D2 does not run on several ranks yet (each rank would keep its own replay; "
+                              "not verified): allowed: one rank (WORLD_SIZE=1)")
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate,
+                                          betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.target = copy.deepcopy(model).eval()
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        self.updates = 0  # learner steps, for the target network's period
+        self.store: Any = None
+
+    def sample_source(self, fresh: Any) -> Any:
+        from sfx.agents.sequence_replay import PrioritizedSequences
+
+        cfg = self.cfg
+        self.store = PrioritizedSequences(
+            fresh, cfg.replay_buffer_size, cfg.burn_in, cfg.replay_buffer_min_size, cfg.replay_ratio,
+            lambda: self.sequences_per_minibatch(self.cfg), cfg.priority_exponent, cfg.importance_sampling_exponent,
+            cfg.priority_eta, cfg.gamma, cfg.n_step, cfg.value_function_rescaling_epsilon, self.device, seed=cfg.seed)
+        return self.store
+
+    def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
+        # the learner's current version, as the fresh samples' ages say (for the replayed ones' ages)
+        version = int(batch.data["policy_versions"][0, 0]) + int(batch.age[0, 0])
+        # drawn one at a time: each minibatch sees the priorities the previous step gave back
+        for _ in range(self.store.due()):
+            yield self.store.sample(self.sequences_per_minibatch(self.cfg), version)
+
+    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
+        cfg, model, target = self.cfg, self.model, self.target
+        Bn = cfg.burn_in
+        n, L = mb["rewards"].shape
+        T = L - Bn
+        done = mb["terminated"] | mb["truncated"]
+        # the state before step t is the initial one when the episode ended at step t - 1
+        resets = torch.cat([torch.zeros_like(done[:, :1]), done], dim=1)  # [n, L + 1]
+        obs = mb["obs"]
+        state0 = mb["state0"]
+        if Bn:
+            prefix = {k: v[:, :Bn] for k, v in obs.items()}
+            keep = mb["has_prefix"].unsqueeze(1)
+            h = torch.where(keep, model.advance_states(prefix, state0, resets[:, :Bn]), state0)
+            h_target = torch.where(keep, target.advance_states(prefix, state0, resets[:, :Bn]), state0)
+        else:
+            h = h_target = state0
+        trained_obs = {k: v[:, Bn:] for k, v in obs.items()}  # T + 1 observations
+        trained_resets = resets[:, Bn:]
+        q = model.forward_sequence(trained_obs, h, trained_resets)  # [n, T + 1, A]
+        with torch.no_grad():
+            q_target = target.forward_sequence(trained_obs, h_target, trained_resets)
+        rewards, term, trunc = mb["rewards"][:, Bn:], mb["terminated"][:, Bn:], mb["truncated"][:, Bn:]
+        # a time-limit step's final observation: its greedy Q-value as the acting weights computed it
+        trunc_q = mb["trunc_q"][:, Bn:].unsqueeze(2).expand(-1, -1, q.shape[2])
+        targets = double_q_targets(rewards, term, trunc, q[:, 1:].detach(), q_target[:, 1:], trunc_q, trunc_q,
+                                   cfg.gamma, cfg.n_step, cfg.value_function_rescaling_epsilon,
+                                   active=mb["active"][:, Bn:])
+        actions = mb["actions"][:, Bn:, 0].long()
+        q_taken = q[:, :T].gather(2, actions.unsqueeze(2)).squeeze(2)
+        td = td_errors(q_taken, targets.targets)
+        loss = r2d2_loss(td, valids, mb["weights"])
+        if not bool(torch.isfinite(loss.loss)):
+            raise NonFiniteBatch("loss")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.loss.backward()
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if not bool(torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteBatch("gradients")
+        self.optimizer.step()
+        priorities = sequence_priorities(loss.td_abs, valids, cfg.priority_eta)
+        self.store.update_priorities(mb["ids"], priorities)
+        self.updates += 1
+        if self.updates % cfg.target_update_period == 0:
+            self.target.load_state_dict(model.state_dict())
+        v = valids.float()
+        count = v.sum().clamp(min=1.0)
+        stats = {"loss/total": loss.loss.item(), "loss/td": loss.loss.item(),
+                 "q_mean": float((q_taken.detach() * v).sum() / count),
+                 "q_max_mean": float((q[:, :T].detach().max(dim=2).values * v).sum() / count),
+                 "td_abs_mean": float((loss.td_abs * v).sum() / count), "td_abs_max": float(loss.td_abs.max()),
+                 "grad_norm": grad_norm.item(), "priority_new_mean": float(priorities.mean()),
+                 "importance_weight_min": float(mb["weights"].min()),
+                 "replay/age_mean": float(mb["age"].mean()), "replay/age_max": float(mb["age"].max()),
+                 "burn_in_fraction": float(mb["has_prefix"].float().mean())}
+        stats.update(self.store.stats())
+        return stats
+
+    def learning_state(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "target_model": self.target.state_dict(),
+                "target_updates": self.updates}
+
+    def load_learning_state(self, state: Mapping[str, Any]) -> None:
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if "target_model" in state:
+            self.target.load_state_dict(state["target_model"])
+        else:  # no target network saved: start it as the loaded online weights
+            self.target.load_state_dict(self.model.state_dict())
+        self.updates = int(state.get("target_updates", self.updates))
+
+    def apply_params(self, params: Mapping[str, Any]) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(self.cfg.learning_rate)
+
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])

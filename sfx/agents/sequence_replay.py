@@ -1,0 +1,208 @@
+"""Prioritized sequence replay (R2D2, Kapturowski et al. 2019; Ape-X, Horgan et al. 2018) as a sample source.
+
+Every fresh trajectory of ``T`` steps becomes one stored sequence of ``burn_in + T`` steps: its first
+``burn_in`` steps are the last ones of the same actor's previous trajectory (consecutive sequences of an
+actor overlap on ``burn_in`` steps, as in SEED RL), together with the recurrent state stored when acting
+at the start of that prefix. The learner replays the prefix only to warm the recurrent state up
+("burn-in"), and trains on the ``T`` steps after it. An actor's first trajectory (or one that does not
+continue the previous one: a restarted worker) has no prefix: its stored starting state is used as it
+is (``has_prefix`` False).
+
+Sequences live in a ring of ``capacity`` (``--replay_buffer_size``) in the learner process's memory
+(checked at start against free memory) and are drawn by priority (:class:`sfx.algo.prioritized.
+PrioritizedSampler`, exponent ``--priority_exponent``), with importance weights (exponent
+``--importance_sampling_exponent``, normalised by the batch's largest). A new sequence's priority comes
+from the acting side: the TD errors of the Q-values the policy worker stored (``q_taken``, ``q_max``), so
+no learner compute is spent on insertion. The agent puts the priorities its step measures back
+(:meth:`update_priorities`). Not checkpointed: a resumed run refills the buffer.
+
+The update-to-data ratio: ``--replay_ratio`` trained steps per fresh step (SEED's meaning: the average
+number of times each observation is trained on). Each iteration inserts its fresh sequences and adds
+``replay_ratio x`` their steps to a credit; every full minibatch of credit is one minibatch step
+(:meth:`due`), once ``--replay_buffer_min_size`` sequences are stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from sfx.agents.base import Batch, tree_map
+from sfx.algo.nstep import n_step_targets
+from sfx.algo.prioritized import PrioritizedSampler
+from sfx.algo.qlearning import importance_weights, sequence_priorities, value_rescale, value_rescale_inverse
+
+# the per-step fields a stored sequence keeps (besides obs); the acting rule's q_taken / q_max are only read
+# for the initial priorities
+STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "active", "trunc_q", "policy_versions")
+
+
+def acting_priorities(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                      q_taken: torch.Tensor, q_max: torch.Tensor, trunc_q: torch.Tensor, valids: torch.Tensor,
+                      gamma: float, n: int, eps: float, eta: float) -> torch.Tensor:
+    """``[B]`` initial priorities of fresh sequences from the Q-values their actors computed (``[B, T]`` each,
+    rescaled units): n-step targets bootstrapped from ``h^-1(max_a Q(s_{t+1}, a))`` (the acting weights are both
+    the online and the target network, so double Q is the max); the last step's next state was not acted
+    on in this trajectory, its own ``q_max`` stands in for it. Priority ``eta max|delta| + (1 - eta) mean|delta|``."""
+    next_max = torch.cat([q_max[:, 1:], q_max[:, -1:]], dim=1)
+    nstep = n_step_targets(rewards, terminated, truncated, value_rescale_inverse(next_max, eps),
+                           value_rescale_inverse(trunc_q, eps), gamma, n)
+    td = (value_rescale(nstep.targets, eps) - q_taken).abs()
+    return sequence_priorities(td, valids, eta)
+
+
+class PrioritizedSequences:
+    """The sample source of R2D2 (see the module docstring).
+
+    Args:
+        fresh: the engine's fresh source (``add`` / ``ready`` / ``next_batch``).
+        capacity: sequences kept (``--replay_buffer_size``).
+        burn_in: ``--burn_in`` steps of prefix.
+        min_size: sequences stored before the first minibatch (``--replay_buffer_min_size``).
+        replay_ratio: trained steps per fresh step.
+        per_minibatch: () -> sequences per minibatch (asked anew: PBT may change ``--batch_size``).
+        priority_exponent, importance_exponent, eta, gamma, n_step, rescale_eps: as the flags say.
+        device: the learner's device.
+        seed: the sampler's random stream.
+    """
+
+    def __init__(self, fresh: Any, capacity: int, burn_in: int, min_size: int, replay_ratio: float,
+                 per_minibatch: Callable[[], int], priority_exponent: float, importance_exponent: float,
+                 eta: float, gamma: float, n_step: int, rescale_eps: float, device: torch.device,
+                 seed: int | None = None) -> None:
+        self.fresh = fresh
+        self.capacity, self.burn_in, self.min_size = int(capacity), int(burn_in), int(min_size)
+        self.replay_ratio = float(replay_ratio)
+        self.per_minibatch = per_minibatch
+        self.importance_exponent, self.eta = float(importance_exponent), float(eta)
+        self.gamma, self.n_step, self.rescale_eps = float(gamma), int(n_step), float(rescale_eps)
+        self.device = device
+        self.sampler = PrioritizedSampler(self.capacity, alpha=priority_exponent)
+        self.generator = torch.Generator()
+        self.generator.manual_seed(0 if seed is None else int(seed))
+        self.data: dict[str, Any] | None = None  # field -> [capacity, L(+1), ...] (allocated on first insert)
+        self.size = 0
+        self.next = 0
+        self.inserted = 0
+        self.credit = 0.0  # trained steps owed to the replay ratio
+        self.tails: dict[int, dict[str, Any]] = {}  # actor -> the last burn_in steps of its last trajectory
+
+    # ------------------------------------------------------------------------------------ the source
+
+    def add(self, slots: list[int]) -> None:
+        self.fresh.add(slots)
+
+    def ready(self) -> bool:
+        return self.fresh.ready()
+
+    def next_batch(self, policy_version: int) -> Batch:
+        """Insert the iteration's fresh trajectories as sequences; the batch handed on is the fresh one (its
+        counters, its observations for the input statistics); the agent draws its minibatches from
+        :meth:`sample`, :meth:`due` of them."""
+        batch = self.fresh.next_batch(policy_version)
+        data = batch.data
+        valids = data["active"]
+        T = valids.shape[1]
+        priorities = acting_priorities(data["rewards"], data["terminated"], data["truncated"], data["q_taken"],
+                                       data["q_max"], data["trunc_q"], valids, self.gamma, self.n_step,
+                                       self.rescale_eps, self.eta)
+        self._insert(data, priorities.cpu())
+        self.credit += self.replay_ratio * float(valids.shape[0] * T)
+        batch.stats.update({"replay/fill": self.size / self.capacity, "replay/inserted": float(self.inserted),
+                            "replay/initial_priority_mean": float(priorities.mean())})
+        eps = data.get("epsilon")
+        if eps is not None:
+            batch.stats.update({"epsilon/min": float(eps.min()), "epsilon/max": float(eps.max()),
+                                "epsilon/mean": float(eps.float().mean())})
+        return Batch(data=data, valids=valids, fresh=batch.fresh, age=batch.age, env_steps=batch.env_steps,
+                     ids=batch.ids, stats=batch.stats)
+
+    def due(self) -> int:
+        """Minibatches the replay ratio asks for now (the credit they use is spent); 0 until the buffer holds
+        ``min_size`` sequences."""
+        if self.size < max(1, self.min_size):
+            self.credit = 0.0  # learning starts at the minimum fill, not with a backlog
+            return 0
+        per_mb = self.per_minibatch() * self._trained_len()
+        k = int(self.credit // per_mb)
+        self.credit -= k * per_mb
+        return k
+
+    def sample(self, k: int, policy_version: int) -> tuple[dict[str, Any], torch.Tensor]:
+        """``k`` stored sequences by priority: the minibatch (stored fields ``[k, L(+1), ...]``, ``state0 [k, S]``,
+        ``has_prefix [k]``, ``ids [k]``, ``weights [k]`` importance weights, ``age [k]`` learner steps since the
+        oldest of its steps was acted) on the learner's device, and ``valids [k, T]`` (the trained steps)."""
+        drawn = self.sampler.sample(k, self.generator)
+        rows = drawn.indices
+        weights = importance_weights(drawn.probabilities, self.size, self.importance_exponent)
+        mb = tree_map(lambda v: v[rows].to(self.device), self.data)
+        mb["ids"] = rows.to(self.device)
+        mb["weights"] = weights.to(self.device, torch.float32)
+        versions = mb["policy_versions"][:, self.burn_in:]
+        mb["age"] = (policy_version - versions.min(dim=1).values).float()
+        return mb, mb["active"][:, self.burn_in:]
+
+    def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
+        self.sampler.update(ids.cpu(), priorities.detach().double().cpu())
+
+    def stats(self) -> dict[str, float]:
+        stored = self.sampler.get(torch.arange(self.size)) if self.size else torch.zeros(1)
+        return {"replay/priority_mean": float(stored.mean()), "replay/priority_max": float(stored.max())}
+
+    # ------------------------------------------------------------------------------------ insertion
+
+    def _trained_len(self) -> int:
+        return int(self.data["rewards"].shape[1]) - self.burn_in if self.data is not None else 1
+
+    def _insert(self, data: dict[str, Any], priorities: torch.Tensor) -> None:
+        n, T = data["rewards"].shape
+        B = self.burn_in
+        seq = {"obs": data["obs"], "state0": data["rnn_states"][:, 0], **{k: data[k] for k in STEP_FIELDS}}
+        has_prefix = torch.zeros(n, dtype=torch.bool)
+        if B:
+            actors = data["actor_ids"][:, 0].tolist()
+            prefix = {"obs": tree_map(lambda v: torch.zeros_like(v[:, :B]), data["obs"]),
+                      "state0": data["rnn_states"][:, 0].clone(),
+                      **{k: torch.zeros_like(data[k][:, :B]) for k in STEP_FIELDS}}
+            for j, actor in enumerate(actors):
+                tail = self.tails.get(actor)
+                # the tail continues into this trajectory only if its next observation is this one's first
+                if tail is not None and all(torch.equal(tail["next_obs"][k], data["obs"][k][j, 0])
+                                            for k in data["obs"]):
+                    has_prefix[j] = True
+                    for k in STEP_FIELDS:
+                        prefix[k][j] = tail[k]
+                    for k in data["obs"]:
+                        prefix["obs"][k][j] = tail["obs"][k]
+                    prefix["state0"][j] = tail["state0"]
+                self.tails[actor] = {"obs": {k: v[j, T - B:T].clone() for k, v in data["obs"].items()},
+                                     "next_obs": {k: v[j, T].clone() for k, v in data["obs"].items()},
+                                     "state0": data["rnn_states"][j, T - B].clone(),
+                                     **{k: data[k][j, T - B:].clone() for k in STEP_FIELDS}}
+            seq = {"obs": {k: torch.cat([prefix["obs"][k], v], dim=1) for k, v in data["obs"].items()},
+                   "state0": torch.where(has_prefix.to(data["rewards"].device).unsqueeze(1), prefix["state0"],
+                                         seq["state0"]),
+                   **{k: torch.cat([prefix[k], data[k]], dim=1) for k in STEP_FIELDS}}
+        seq["has_prefix"] = has_prefix
+        seq = tree_map(lambda v: v.detach().cpu(), seq)
+        if n > self.capacity:
+            seq = tree_map(lambda v: v[n - self.capacity:], seq)
+            priorities = priorities[n - self.capacity:]
+            n = self.capacity
+        if self.data is None:
+            self.data = tree_map(lambda v: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype), seq)
+        rows = (self.next + torch.arange(n)) % self.capacity
+        _copy_rows(self.data, seq, rows)
+        self.sampler.update(rows, priorities.double().clamp(min=1e-6))
+        self.next = int((self.next + n) % self.capacity)
+        self.size = min(self.capacity, self.size + n)
+        self.inserted += n
+
+
+def _copy_rows(dst: dict, src: dict, rows: torch.Tensor) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict):
+            _copy_rows(dst[k], v, rows)
+        else:
+            dst[k][rows] = v.to(dst[k].dtype)
