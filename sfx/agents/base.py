@@ -58,6 +58,7 @@ class ActingRule:
         truncation_field: a ``[slots, rollout]`` field that receives ``truncation_values`` of the final
             observation of a time-limit step, computed by the policy worker with the acting weights (APPO
             bootstraps from it); None: the policy worker skips those rows.
+        export_outputs: the model outputs an exported graph gives besides ``actions`` and the state.
         stores_final_obs: the slots keep the final observation of a time-limit step
             (``final_obs {key: [slots, rollout, ...]}``, written by the rollout worker at that step), so a
             target computed later with other weights bootstraps from the real next state.
@@ -66,6 +67,8 @@ class ActingRule:
     fields: Mapping[str, FieldSpec] = {}
     truncation_field: str | None = None
     stores_final_obs: bool = False
+    # the model's ``forward_step`` outputs an exported graph gives besides the actions and the state (sfx.export)
+    export_outputs: tuple[str, ...] = ("action_params", "values")
 
     def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
             actor_ids: torch.Tensor | None = None) -> Acted:

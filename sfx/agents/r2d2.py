@@ -38,6 +38,7 @@ class EpsilonGreedy(ActingRule):
     """Epsilon-greedy over the Q-values, one epsilon per actor (see the module docstring)."""
 
     truncation_field = "trunc_q"
+    export_outputs = ("q_values",)
 
     def __init__(self, num_actions: int, base: float, alpha: float, eval_epsilon: float,
                  seed: int | None = None) -> None:

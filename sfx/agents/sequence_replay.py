@@ -86,7 +86,8 @@ class PrioritizedSequences:
         self.next = 0
         self.inserted = 0
         self.credit = 0.0  # trained steps owed to the replay ratio
-        self.tails: dict[int, dict[str, Any]] = {}  # actor -> the last burn_in steps of its last trajectory
+        # actor -> (the batch data, row) of its last trajectory, whose last burn_in steps prefix its next one
+        self.tails: dict[int, tuple[dict[str, Any], int]] = {}
 
     # ------------------------------------------------------------------------------------ the source
 
@@ -156,53 +157,56 @@ class PrioritizedSequences:
         return int(self.data["rewards"].shape[1]) - self.burn_in if self.data is not None else 1
 
     def _insert(self, data: dict[str, Any], priorities: torch.Tensor) -> None:
+        """Write the fresh trajectories into the ring's next rows: each one after its burn-in prefix (the last
+        ``burn_in`` steps of the same actor's previous trajectory, when this one continues it), straight into
+        the stored tensors (no intermediate copies: insertion must not stall the learner)."""
         n, T = data["rewards"].shape
         B = self.burn_in
-        seq = {"obs": data["obs"], "state0": data["rnn_states"][:, 0], **{k: data[k] for k in STEP_FIELDS}}
-        has_prefix = torch.zeros(n, dtype=torch.bool)
-        if B:
-            actors = data["actor_ids"][:, 0].tolist()
-            prefix = {"obs": tree_map(lambda v: torch.zeros_like(v[:, :B]), data["obs"]),
-                      "state0": data["rnn_states"][:, 0].clone(),
-                      **{k: torch.zeros_like(data[k][:, :B]) for k in STEP_FIELDS}}
-            for j, actor in enumerate(actors):
-                tail = self.tails.get(actor)
-                # the tail continues into this trajectory only if its next observation is this one's first
-                if tail is not None and all(torch.equal(tail["next_obs"][k], data["obs"][k][j, 0])
-                                            for k in data["obs"]):
-                    has_prefix[j] = True
-                    for k in STEP_FIELDS:
-                        prefix[k][j] = tail[k]
-                    for k in data["obs"]:
-                        prefix["obs"][k][j] = tail["obs"][k]
-                    prefix["state0"][j] = tail["state0"]
-                self.tails[actor] = {"obs": {k: v[j, T - B:T].clone() for k, v in data["obs"].items()},
-                                     "next_obs": {k: v[j, T].clone() for k, v in data["obs"].items()},
-                                     "state0": data["rnn_states"][j, T - B].clone(),
-                                     **{k: data[k][j, T - B:].clone() for k in STEP_FIELDS}}
-            seq = {"obs": {k: torch.cat([prefix["obs"][k], v], dim=1) for k, v in data["obs"].items()},
-                   "state0": torch.where(has_prefix.to(data["rewards"].device).unsqueeze(1), prefix["state0"],
-                                         seq["state0"]),
-                   **{k: torch.cat([prefix[k], data[k]], dim=1) for k in STEP_FIELDS}}
-        seq["has_prefix"] = has_prefix
-        seq = tree_map(lambda v: v.detach().cpu(), seq)
-        if n > self.capacity:
-            seq = tree_map(lambda v: v[n - self.capacity:], seq)
-            priorities = priorities[n - self.capacity:]
-            n = self.capacity
+        first = max(0, n - self.capacity)  # more than the ring holds: the last ones
+        n -= first
         if self.data is None:
-            self.data = tree_map(lambda v: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype), seq)
+            self._allocate(data)
         rows = (self.next + torch.arange(n)) % self.capacity
-        _copy_rows(self.data, seq, rows)
-        self.sampler.update(rows, priorities.double().clamp(min=1e-6))
+        ring = self.data
+        for k, v in data["obs"].items():
+            ring["obs"][k][rows, B:] = v[first:].cpu()
+        for k in STEP_FIELDS:
+            ring[k][rows, B:] = data[k][first:].cpu()
+        ring["state0"][rows] = data["rnn_states"][first:, 0].cpu()
+        ring["has_prefix"][rows] = False
+        if B:
+            # a row without a prefix must not start with an episode end its stale prefix columns would say
+            ring["terminated"][rows, :B] = False
+            ring["truncated"][rows, :B] = False
+            actors = data["actor_ids"][:, 0].tolist()
+            for j in range(first, first + n):
+                tail = self.tails.get(actors[j])
+                row = int(rows[j - first])
+                if tail is not None:
+                    prev, i = tail
+                    # the previous trajectory continues into this one: its next observation is this one's first
+                    if all(torch.equal(prev["obs"][k][i, T], v[j, 0]) for k, v in data["obs"].items()):
+                        for k, v in prev["obs"].items():
+                            ring["obs"][k][row, :B] = v[i, T - B:T].cpu()
+                        for k in STEP_FIELDS:
+                            ring[k][row, :B] = prev[k][i, T - B:].cpu()
+                        ring["state0"][row] = prev["rnn_states"][i, T - B].cpu()
+                        ring["has_prefix"][row] = True
+            for j, actor in enumerate(actors):
+                self.tails[actor] = (data, j)  # the batch's own copy out of the slots: kept, never cloned
+        self.sampler.update(rows, priorities[first:].double().clamp(min=1e-6))
         self.next = int((self.next + n) % self.capacity)
         self.size = min(self.capacity, self.size + n)
         self.inserted += n
 
+    def _allocate(self, data: dict[str, Any]) -> None:
+        n, T = data["rewards"].shape
+        L, cap = self.burn_in + T, self.capacity
 
-def _copy_rows(dst: dict, src: dict, rows: torch.Tensor) -> None:
-    for k, v in src.items():
-        if isinstance(v, dict):
-            _copy_rows(dst[k], v, rows)
-        else:
-            dst[k][rows] = v.to(dst[k].dtype)
+        def like(v: torch.Tensor, steps: int) -> torch.Tensor:
+            return torch.zeros((cap, steps, *v.shape[2:]), dtype=v.dtype)
+
+        self.data = {"obs": {k: like(v, L + 1) for k, v in data["obs"].items()},
+                     "state0": torch.zeros((cap, *data["rnn_states"].shape[2:]), dtype=data["rnn_states"].dtype),
+                     "has_prefix": torch.zeros(cap, dtype=torch.bool),
+                     **{k: like(data[k], L) for k in STEP_FIELDS}}

@@ -25,7 +25,8 @@ Outputs, in this order:
 * ``action_params [B, P]`` float32: the distribution's parameters, to sample from (logits of each
   categorical head concatenated, masked choices at ``MASKED_LOGIT``; ``[mean, log_std]`` for Box actions,
   ``log_std`` unclamped: sfx clamps it to ``[LOG_STD_MIN, LOG_STD_MAX]`` when sampling);
-* ``values [B]`` float32, in the env's reward scale;
+* ``values [B]`` float32, in the env's reward scale (these two are APPO's: an agent's acting rule names what
+  its graph gives here, ``ActingRule.export_outputs``; R2D2: ``q_values [B, A]``, rescaled Q-values);
 * ``new_rnn_states [B, S]``: feed back as the next step's ``rnn_states``;
 * a memory core: ``memory_entry [B, W]`` and ``memory_index [B]`` int64: the caller writes row ``b``'s entry
   at ``memory[b, memory_index[b]]`` before the next step.
@@ -67,6 +68,9 @@ SPEC_VERSION = 1
 
 STATE_INPUTS = ("rnn_states", "memory", "tasks")
 OUTPUT_NAMES = ("actions", "action_params", "values", "new_rnn_states", "memory_entry", "memory_index")
+# what the graph gives besides the actions and the state: the rule's ``export_outputs`` (APPO: the distribution's
+# parameters and the value; R2D2: the Q-values)
+DEFAULT_EXPORT_OUTPUTS = ("action_params", "values")
 
 
 class ActingModel(nn.Module):
@@ -91,8 +95,10 @@ class ActingModel(nn.Module):
         self.has_tasks = model.popart is not None and model.num_tasks > 1
         self.input_names = self.obs_keys + ["rnn_states"] + (["memory"] if self.has_memory else []) + (
             ["tasks"] if self.has_tasks else [])
-        self.output_names = list(OUTPUT_NAMES if self.has_memory else OUTPUT_NAMES[:4])
-        clash = sorted(set(self.obs_keys) & (set(STATE_INPUTS) | set(OUTPUT_NAMES)))
+        self.model_outputs = tuple(getattr(rule, "export_outputs", DEFAULT_EXPORT_OUTPUTS))
+        self.output_names = ["actions", *self.model_outputs, "new_rnn_states"] + (
+            ["memory_entry", "memory_index"] if self.has_memory else [])
+        clash = sorted(set(self.obs_keys) & (set(STATE_INPUTS) | set(OUTPUT_NAMES) | set(self.model_outputs)))
         if clash:
             raise ConfigError(f"observation keys {clash} clash with the exported graph's own input and output "
                               f"names; allowed: keys other than {', '.join(STATE_INPUTS + OUTPUT_NAMES)}")
@@ -105,7 +111,7 @@ class ActingModel(nn.Module):
         tasks = inputs[-1] if self.has_tasks else None
         out = self.model.forward_step(obs, rnn_states, tasks, memory)
         actions = self.rule.mode_actions(out)  # the same deterministic actions sfx.enjoy --deterministic takes
-        result = (actions, out["action_params"], out["values"], out["new_rnn_states"])
+        result = (actions, *(out[name] for name in self.model_outputs), out["new_rnn_states"])
         if self.has_memory:
             result += (out["memory_entry"], out["memory_index"])
         return result
@@ -167,7 +173,8 @@ def export_spec(model: nn.Module, fmt: str, file_name: str, batch_size: int = 2,
     sizes = categorical_sizes(model.action_space)
     step = [
         "feed every input; rows are agents, any number of them",
-        "actions: the deterministic action (see action_space.to_env); to sample instead, use action_params",
+        "actions: the deterministic action (see action_space.to_env)"
+        + ("; to sample instead, use action_params" if "action_params" in acting.model_outputs else ""),
         "feed new_rnn_states back as the next step's rnn_states",
         "at an episode start, set that row of rnn_states to initial_rnn_states",
     ]
@@ -191,11 +198,12 @@ def export_spec(model: nn.Module, fmt: str, file_name: str, batch_size: int = 2,
         "memory": ({"rows": int(model.memory_len), "width": int(model.memory_width), "initial": "zeros"}
                    if acting.has_memory else None),
         "action_space": action_space_spec(model.action_space),
-        "action_params": ({"layout": "logits", "sizes": sizes,
+        **({} if "action_params" not in acting.model_outputs else {"action_params": (
+                          {"layout": "logits", "sizes": sizes,
                            "sample": "each head: a choice from softmax of its sizes[i] logits, in order"}
                           if sizes is not None else
                           {"layout": "mean_log_std", "log_std_clamp": [LOG_STD_MIN, LOG_STD_MAX],
-                           "sample": "mean + exp(clamp(log_std, *log_std_clamp)) * normal(0, 1), per column"}),
+                           "sample": "mean + exp(clamp(log_std, *log_std_clamp)) * normal(0, 1), per column"})}),
         "num_tasks": int(model.num_tasks),
         "step": step,
     }

@@ -235,3 +235,22 @@ def test_seed_rl_s_defaults_and_the_bad_inputs_are_one_clear_line(tmp_path):
     # a core that keeps a memory of past steps
     with pytest.raises(ConfigError, match=r"--rnn_type=trxl keeps a memory"):
         QNetwork(_cfg(tmp_path, rnn_type="trxl"), gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2))
+
+
+def test_the_exported_graph_gives_the_greedy_action_and_the_q_values(tmp_path):
+    from sfx.models.export import export_model
+    from tests.test_export import onnx_runner
+
+    cfg = _cfg(tmp_path)
+    model = QNetwork(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(3)).eval()
+    rule = R2D2.acting_rule(cfg, model.action_space)
+    spec = export_model(model, tmp_path / "q.onnx", "onnx", rule=rule)
+    assert [o["name"] for o in spec["outputs"]] == ["actions", "q_values", "new_rnn_states"]
+    assert "action_params" not in spec
+    run = onnx_runner(tmp_path / "q.onnx", spec)
+    obs, h = torch.randn(5, 4), model.initial_rnn_states(5)
+    got = run({"obs": obs.numpy(), "rnn_states": h.numpy()})
+    with torch.no_grad():
+        ref = model.forward_step(obs, h)
+    assert torch.equal(torch.from_numpy(got["actions"])[:, 0], ref["q_values"].argmax(dim=1))
+    assert torch.allclose(torch.from_numpy(got["q_values"]), ref["q_values"], atol=1e-5)
