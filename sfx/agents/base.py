@@ -145,6 +145,8 @@ class Agent:
     # a module function "package.module:function" that runs instead of a training (argv -> exit code),
     # e.g. the dummy sampler; None: the engine trains with this agent
     entry_point: ClassVar[str | None] = None
+    # None: trains on several ranks (torch.distributed) like APPO; else why not, refused at start in those words
+    ranks_refused: ClassVar[str | None] = None
 
     # ---------------------------------------------------------------- declarations
 

@@ -147,6 +147,8 @@ class R2D2(Agent):
 
     name = "R2D2"
     flag_group = "R2D2 (--algo=R2D2)"
+    ranks_refused = ("each rank would sample its own prioritized replay; not verified yet (run one rank, or "
+                     "several independent seeds with sfx.runner)")
 
     @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
@@ -189,9 +191,6 @@ class R2D2(Agent):
 
     def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
         super().__init__(cfg, model, device, group)
-        if group is not None:
-            raise ConfigError("--algo=R2D2 does not run on several ranks yet (each rank would keep its own replay; "
-                              "not verified): allowed: one rank (WORLD_SIZE=1)")
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate,
                                           betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
         self.target = copy.deepcopy(model).eval()

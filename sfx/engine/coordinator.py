@@ -81,6 +81,12 @@ def rank_cfg(cfg: Any, ranks: Any) -> Any:
     if unsupported:
         raise ConfigError(f"{', '.join(unsupported)} with {ranks.world_size} ranks is not supported yet: "
                           f"run one rank (no torchrun / srun tasks) or --num_policies=1 without PBT, asynchronous")
+    from sfx.agents import find_agent
+
+    agent = find_agent(cfg.algo)
+    if agent.ranks_refused:
+        raise ConfigError(f"--algo={agent.name} with {ranks.world_size} ranks is not supported: "
+                          f"{agent.ranks_refused}; allowed: one rank (no torchrun / srun tasks)")
     cfg = copy.copy(cfg)
     if cfg.seed is not None:
         cfg.seed = cfg.seed + RANK_SEED_STRIDE * ranks.rank

@@ -26,6 +26,9 @@ def test_unsupported_combinations_are_refused_before_anything_starts(tmp_path):
                    master_port=29500, launcher="torchrun")
     with pytest.raises(ConfigError, match=r"--num_policies=2 with 2 ranks is not supported yet"):
         rank_cfg(default_cfg(num_policies=2, train_dir=str(tmp_path)), two)
+    with pytest.raises(ConfigError, match=r"--algo=R2D2 with 2 ranks is not supported: each rank would sample its "
+                                          r"own prioritized replay"):
+        rank_cfg(default_cfg(algo="R2D2", train_dir=str(tmp_path)), two)
     cfg = rank_cfg(default_cfg(seed=5, train_dir=str(tmp_path), experiment="x"), two)
     assert (cfg.train_dir, cfg.experiment) == (str(tmp_path / "x"), "rank_1") and cfg.seed == 5 + 1_000_003
 
