@@ -12,41 +12,56 @@ scale is ``sigma_k = sqrt(nu_k - mu_k^2)`` and its value in the reward scale is
     V_k(x) = sigma_k * n_k(x) + mu_k                               (unnormalize)
     n~     = (G - mu_k) / sigma_k                                  (normalize a target G of task k)
 
-ART, once per learner step, for every task ``k`` with ``n_k > 0`` (valid) targets ``G_i`` in the
-batch (over all data-parallel ranks):
+ART, once per learner step, for every task ``k`` with ``c_k > 0`` valid targets ``G_i`` in the batch
+(over all data-parallel ranks), making up ``u_k`` units (trajectories, below):
 
-    mean_k  = (1 / n_k) sum_{i: task_i = k} G_i
-    mean2_k = (1 / n_k) sum_{i: task_i = k} G_i^2
-    mu_k   <- (1 - beta) mu_k + beta mean_k
-    nu_k   <- (1 - beta) nu_k + beta mean2_k
+    mean_k  = (1 / c_k) sum_{i: task_i = k} G_i
+    mean2_k = (1 / c_k) sum_{i: task_i = k} G_i^2
+    a_k     = 1 - (1 - beta)^{u_k}                  (u_k steps of size beta)
+    w_k    <- w_k + a_k (1 - w_k)                   (data weight: 1 - (1 - beta)^(all units so far); 0 at first)
+    mu_k   <- mu_k + (a_k / w_k) (mean_k - mu_k)
+    nu_k   <- nu_k + (a_k / w_k) (mean2_k - nu_k)
     sigma_k = min(clip_max, sqrt(max(nu_k - mu_k^2, clip_min^2)))     (clip_min: --popart_clip_min)
 
-and tasks with ``n_k = 0`` keep their statistics. POP, right after, with the old ``(mu, sigma)``
-and the new ``(mu', sigma')`` (row ``k`` of the head's weight ``W [K, H]`` and bias ``b [K]``):
+and tasks with no valid target keep their statistics. ``mu`` and ``nu`` are the exponential moving
+averages ``m <- (1 - a) m + a mean`` started at 0, divided by ``w`` (Adam's bias correction, Kingma & Ba
+2015): the first batch of a task sets its statistics to that batch's moments (``a / w = 1``), the next
+ones average all the task's data so far (rate ``~ 1 / t`` while ``t beta << 1``), and once ``w ~ 1``
+it is the papers' moving average (rate ``a``). Without it, the initial ``mu = 0``, ``nu = 1`` would keep
+a weight ``(1 - beta)^u`` for thousands of trajectories: ``sigma ~ sqrt(u beta)`` times the targets'
+root mean square, far from their spread. POP, right after, with the old ``(mu, sigma)`` and the new
+``(mu', sigma')`` (row ``k`` of the head's weight ``W [K, H]`` and bias ``b [K]``):
 
     W_k <- W_k * sigma_k / sigma'_k
     b_k <- (sigma_k b_k + mu_k - mu'_k) / sigma'_k
 
 so ``sigma'_k (W'_k h + b'_k) + mu'_k = sigma_k (W_k h + b_k) + mu_k`` for every feature ``h``: the
-head's values in the reward scale are unchanged by the new statistics.
+head's values in the reward scale are unchanged by the new statistics. A task's first statistics (from
+``w_k = 0``) leave its row as it is: it has never been trained on normalised targets, so there is
+nothing to preserve, and rescaling it by ``1 / sigma'_k`` would only shrink it.
 
-Update rule (batch mean, not per sample). van Hasselt et al. 2016 (Algorithm 1) is stochastic
-gradient descent on one sample per step: each sample moves the statistics once, then the head is
-rescaled, then one gradient step. Hessel et al. 2019 run PopArt inside IMPALA's batched learner
-and keep statistics per task, updated from the V-trace targets of that task's samples of the
-learner's batch. Here one learner step is one step of Algorithm 1 whose "sample" is the batch: the
-statistics move once per task per step, towards the task's batch moments. With a single sample of
-a task in a batch this is exactly the paper's per-sample update (the tests check both). Folding a
-batch of ``n`` samples in one at a time would instead move ``mu_k`` a fraction ``1 - (1 - beta)^n``
-of the way and make it depend on the sample order, so ``beta``'s meaning would change with the batch size and the
-task mix of each batch (a task with many samples in a batch would adapt faster than one with few),
-and it could not be split over data-parallel ranks; the batch means are order-free and come from
-per-task sums and counts, which ranks add up with one all-reduce.
+``beta`` per trajectory, Brain Agent's rate (its DMLab-30 agent: ``beta = 3e-4``), which folds in the
+trajectories of the learner's batch one at a time (``mu <- (1 - beta) mu + beta * (the trajectory's
+mean target)``). A unit is one entry of ``tasks``: a trajectory when ``tasks`` is ``[B]`` for ``[B, T]``
+targets (the learner's call; a trajectory with part of its samples valid is that fraction of a unit), a
+sample when ``tasks`` has the targets' shape (van Hasselt et al.'s Algorithm 1 and Hessel et al. 2019
+move the statistics per sample). ``u_k`` units move them ``a_k = 1 - (1 - beta)^{u_k}`` of the way,
+exactly as ``u_k`` updates of one unit each would, so ``beta`` means the same whatever the batch size or
+the task mix; they move towards the task's batch mean, where folding the units in one at a time would
+weigh the later ones more: the two differ by at most ``(u_k beta)^2`` times the spread of the units'
+means (order-free, and split over data-parallel ranks as per-task sums and counts that one all-reduce
+adds up). Moving only once per learner step (``a_k = beta``, this module before) made the statistics
+(trajectories per task per batch) times slower than that: on short runs ``sigma`` stayed near its initial
+1 for hundreds of steps, the value targets unnormalised, the value loss dwarfing the policy loss. Per
+sample (``--popart_beta`` times ``T`` faster) was measured worse on Acrobot: while every episode fails
+the targets' spread collapses (``sigma ~ 0.2``) and the first successes blow up the normalised targets;
+learning then stalled on 1 of 2 runs of a single task and of the x1/x1000 pair.
 
-Initial statistics: ``mu = 0``, ``nu = 1`` (``sigma = 1``), so a fresh head's output is its value
-in the reward scale. No bias correction: the first steps of a task whose targets are far from 0
-have a transient ``sigma`` (the paper's behaviour); ``beta = 1`` makes the statistics the last
-batch's moments.
+Initial statistics: ``mu = 0``, ``nu = 1`` (``sigma = 1``), ``w = 0``, so a fresh head's output is its
+value in the reward scale. ``PopArtStats.weight = None`` (a caller that keeps only ``mu`` and ``nu``):
+a task counts as fresh (``w = 0``) while its statistics are exactly ``mu = 0``, ``nu = 1`` and as warmed
+up (``w = 1``, no correction) after, so its first batch still sets its statistics. ``beta = 1`` makes
+the statistics the last batch's moments.
 
 Numerics: statistics are float64 whatever the targets' dtype, and the per-task sums are summed in
 float64. ``nu - mu^2`` loses about ``1e-16 * mu^2`` to cancellation (``1e-4`` for targets of scale
@@ -66,19 +81,21 @@ In a learning step (van Hasselt et al.'s order: statistics, then rescale, then t
 A learner that cannot run the head alone may instead call ``popart_step`` after the optimizer step
 (normalising this batch's targets with the statistics before it): the rescale is still exact, the
 statistics lag one batch. Calling it between the forward pass and ``backward`` is an error (autograd
-refuses the in-place change of the head).
+refuses the in-place change of the head), except when every task in the batch gets its first statistics:
+then no row is rescaled and the head is not written.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
 
-__all__ = ["POPART_SIGMA_MAX", "PopArtStats", "PopArtStep", "popart_advantages", "popart_normalize",
-           "popart_preserve_", "popart_rescaled_head", "popart_step", "popart_unnormalize", "popart_update",
-           "select_task_values"]
+__all__ = ["POPART_SIGMA_MAX", "PopArtStats", "PopArtStep", "is_initial", "popart_advantages", "popart_normalize",
+           "popart_preserve_", "popart_rates", "popart_rescaled_head", "popart_step", "popart_unnormalize",
+           "popart_update", "select_task_values"]
 
 # default upper clip of sigma (Brain Agent's): fine for float32 values; sigma is cast to the values' dtype in
 # popart_(un)normalize, so float16 values need clip_max below 65504 (Brain Agent uses 1e4 for half precision)
@@ -92,20 +109,32 @@ class PopArtStats(NamedTuple):
     """Per-task moments of the value targets, float64, ``[K]`` each.
 
     Attributes:
-        mu: first moment ``E[G]`` of each task's targets (exponential moving average).
-        nu: second moment ``E[G^2]`` of each task's targets (exponential moving average).
+        mu: first moment ``E[G]`` of each task's targets (bias-corrected exponential moving average).
+        nu: second moment ``E[G^2]`` of each task's targets (bias-corrected exponential moving average).
+        weight: ``1 - (1 - beta)^u`` after ``u`` units (trajectories) of the task: the share of data in the
+            moving average before its bias correction (0: no data yet). ``None``: not kept by the caller;
+            a task then counts as fresh (0) while ``mu = 0, nu = 1`` exactly and as warmed up (1) after.
     """
 
     mu: torch.Tensor
     nu: torch.Tensor
+    weight: torch.Tensor | None = None
 
     @classmethod
     def initial(cls, num_tasks: int, device: torch.device | str | None = None) -> "PopArtStats":
-        """``mu = 0``, ``nu = 1`` for each of ``num_tasks`` tasks (``sigma = 1``: normalisation is the identity)."""
+        """``mu = 0``, ``nu = 1`` (``sigma = 1``: normalisation is the identity), ``weight = 0`` for each of
+        ``num_tasks`` tasks."""
         if int(num_tasks) < 1:
             raise ValueError(f"PopArtStats.initial: num_tasks={num_tasks}, must be >= 1")
         return cls(mu=torch.zeros(int(num_tasks), dtype=torch.float64, device=device),
-                   nu=torch.ones(int(num_tasks), dtype=torch.float64, device=device))
+                   nu=torch.ones(int(num_tasks), dtype=torch.float64, device=device),
+                   weight=torch.zeros(int(num_tasks), dtype=torch.float64, device=device))
+
+    def data_weight(self) -> torch.Tensor:
+        """``weight``, or where it is not kept, 0 for the tasks at exactly ``mu = 0, nu = 1`` and 1 for the others."""
+        if self.weight is not None:
+            return self.weight
+        return torch.where((self.mu == 0.0) & (self.nu == 1.0), torch.zeros_like(self.mu), torch.ones_like(self.mu))
 
     @property
     def num_tasks(self) -> int:
@@ -130,12 +159,15 @@ class PopArtStep(NamedTuple):
         sigma: the new clipped scales (``stats.sigma(clip_min, clip_max)``).
         old_mu: the first moments before the update.
         old_sigma: the clipped scales before the update.
+        rescaled: ``[K]`` bool, the tasks whose head row was rescaled to preserve its outputs (all but the
+            tasks that got their first statistics in this step).
     """
 
     stats: PopArtStats
     sigma: torch.Tensor
     old_mu: torch.Tensor
     old_sigma: torch.Tensor
+    rescaled: torch.Tensor
 
 
 def _check_clip(clip_min: float, clip_max: float) -> None:
@@ -165,25 +197,46 @@ def _expand_tasks(fn: str, tasks: torch.Tensor | None, shape: torch.Size, device
     return _rows(fn, "tasks", tasks.to(device), shape)
 
 
+def popart_rates(beta: float, units: torch.Tensor) -> torch.Tensor:
+    """``1 - (1 - beta)^units`` per task, float64: how far ``units`` updates of size ``beta`` move a moving
+    average (e.g. ``units`` = a task's valid samples in a batch). Computed as
+    ``-expm1(units * log1p(-beta))``, exact for ``beta = 1`` and accurate for tiny ``beta``."""
+    if not 0.0 < beta <= 1.0:
+        raise ValueError(f"popart_rates: beta={beta} must be in (0, 1]")
+    units = units.to(torch.float64)
+    if beta == 1.0:
+        return torch.where(units > 0, torch.ones_like(units), torch.zeros_like(units))
+    return -torch.expm1(units * math.log1p(-beta))
+
+
+def is_initial(stats: PopArtStats) -> torch.Tensor:
+    """``[K]`` bool: the tasks that have not seen a batch yet (``data_weight() == 0``): their next update takes
+    the batch's moments."""
+    return stats.data_weight() == 0.0
+
+
 def popart_update(stats: PopArtStats, targets: torch.Tensor, tasks: torch.Tensor | None, beta: float,
                   valid: torch.Tensor | None = None, reduce: Reduce | None = None) -> PopArtStats:
-    """ART: the statistics moved towards each task's batch moments (module docstring); new tensors.
+    """ART: each task's statistics moved towards its batch moments at its rate (module docstring); new tensors.
 
     Args:
         stats: the current statistics, ``[K]`` float64.
         targets: value targets in the reward scale (e.g. V-trace ``vs``), any shape ``S`` and float dtype.
         tasks: integer task ids in ``[0, K)``, of shape ``S`` or a leading prefix of it (``[B]`` for
-            ``[B, T]`` targets); ``None``: every sample is task 0 (single-task PopArt).
-        beta: step size in ``(0, 1]`` (``--popart_beta``).
+            ``[B, T]`` targets); ``None``: every sample is task 0 (single-task PopArt), one unit per leading
+            row (a trajectory of ``[B, T]`` targets). Each entry of ``tasks`` is one unit of ``beta``.
+        beta: step size in ``(0, 1]`` per unit (``--popart_beta``): per trajectory for ``[B]`` tasks,
+            per sample for tasks of the targets' shape.
         valid: bool of shape ``S`` (or a leading prefix); samples where it is False do not count (their
             targets and task ids may be anything, NaN included). ``None``: all count.
-        reduce: with data-parallel ranks, a sum over ranks; the per-task counts, sums and sums of squares
-            (one ``[3, K]`` float64 tensor) go through it in a single call, so every rank gets the
+        reduce: with data-parallel ranks, a sum over ranks; the per-task counts, units, sums and sums of
+            squares (one ``[4, K]`` float64 tensor) go through it in a single call, so every rank gets the
             statistics of all ranks' samples. It is a collective: every rank must call ``popart_update``
             at every step, with an empty or all-invalid batch too.
 
     Returns:
-        The new ``PopArtStats``; tasks with no valid sample (over all ranks) keep theirs.
+        The new ``PopArtStats`` (``weight`` None where ``stats.weight`` is None); tasks with no valid sample
+        (over all ranks) keep theirs; tasks without data yet (``is_initial``) take their batch's moments.
     """
     if not 0.0 < beta <= 1.0:
         raise ValueError(f"popart_update: beta={beta} must be in (0, 1]")
@@ -192,9 +245,20 @@ def popart_update(stats: PopArtStats, targets: torch.Tensor, tasks: torch.Tensor
     if mu.dtype != torch.float64 or nu.dtype != torch.float64 or mu.shape != (num_tasks,) or nu.shape != mu.shape:
         raise ValueError(f"popart_update: stats must be two [K] float64 tensors, got mu {tuple(mu.shape)} "
                          f"{mu.dtype}, nu {tuple(nu.shape)} {nu.dtype}")
+    if stats.weight is not None and (stats.weight.dtype != torch.float64 or stats.weight.shape != mu.shape):
+        raise ValueError(f"popart_update: stats.weight must be a [K] float64 tensor like mu, got "
+                         f"{tuple(stats.weight.shape)} {stats.weight.dtype}")
     with torch.no_grad():
         g = targets.detach().to(device=mu.device, dtype=torch.float64)
-        ids = _expand_tasks("popart_update", tasks, g.shape, g.device).to(mu.device)
+        if tasks is None:
+            prefix = g.shape[:1]
+            ids = torch.zeros(prefix, dtype=torch.long, device=mu.device)
+        else:
+            prefix = tasks.shape
+            ids = tasks.to(mu.device)
+        ids = _expand_tasks("popart_update", ids, g.shape, g.device).to(mu.device)
+        # samples per unit (per entry of `tasks`): each valid sample is 1 / per_unit of a unit
+        per_unit = g.numel() // max(1, math.prod(prefix)) if g.numel() else 1
         if valid is None:
             keep = torch.ones_like(g, dtype=torch.bool)
         else:
@@ -206,18 +270,25 @@ def popart_update(stats: PopArtStats, targets: torch.Tensor, tasks: torch.Tensor
                              f"(K={num_tasks})")
         w = keep.reshape(-1).to(torch.float64)
         g = torch.where(keep, g, torch.zeros_like(g)).reshape(-1)  # masked-out NaNs must not reach the sums
-        moments = torch.zeros(3, num_tasks, dtype=torch.float64, device=mu.device)
+        moments = torch.zeros(4, num_tasks, dtype=torch.float64, device=mu.device)
         moments[0].index_add_(0, ids, w)
-        moments[1].index_add_(0, ids, g)
-        moments[2].index_add_(0, ids, g * g)
+        moments[1].index_add_(0, ids, w / per_unit)
+        moments[2].index_add_(0, ids, g)
+        moments[3].index_add_(0, ids, g * g)
         if reduce is not None:
             moments = reduce(moments)
-        count, total, squares = moments.unbind()
+        count, units, total, squares = moments.unbind()
         present = count > 0
         n = count.clamp(min=1.0)
-        new_mu = torch.where(present, (1.0 - beta) * mu + beta * (total / n), mu)
-        new_nu = torch.where(present, (1.0 - beta) * nu + beta * (squares / n), nu)
-    return PopArtStats(mu=new_mu, nu=new_nu)
+        a = popart_rates(beta, units)  # the moving average's step for these units
+        old_weight = stats.data_weight()
+        weight = old_weight + a * (1.0 - old_weight)  # 1 - (1 - beta)^(all units so far)
+        # bias-corrected: the step of the raw average divided by its data share (1 on a task's first batch)
+        rate = torch.where(present, a / weight.clamp(min=torch.finfo(torch.float64).tiny), torch.zeros_like(a))
+        new_mu = torch.where(present, mu + rate * (total / n - mu), mu)
+        new_nu = torch.where(present, nu + rate * (squares / n - nu), nu)
+        new_weight = torch.where(present, weight, old_weight) if stats.weight is not None else None
+    return PopArtStats(mu=new_mu, nu=new_nu, weight=new_weight)
 
 
 def popart_normalize(values: torch.Tensor, tasks: torch.Tensor | None, mu: torch.Tensor,
@@ -305,11 +376,22 @@ def popart_step(stats: PopArtStats, head: nn.Linear, targets: torch.Tensor, task
                 clip_min: float, clip_max: float = POPART_SIGMA_MAX, valid: torch.Tensor | None = None,
                 reduce: Reduce | None = None) -> PopArtStep:
     """ART then POP in one call: ``popart_update`` from this batch's targets, then ``popart_preserve_``
-    on ``head`` from the old to the new clipped ``(mu, sigma)``. Arguments as in those two;
-    ``clip_min`` is ``--popart_clip_min``. Returns the new statistics and both scales."""
+    on ``head`` from the old to the new clipped ``(mu, sigma)``, except the rows of the tasks that got
+    their first statistics (left as they are: module docstring). Arguments as in those two; ``clip_min``
+    is ``--popart_clip_min``. Returns the new statistics, both scales and which rows were rescaled."""
     _check_clip(clip_min, clip_max)
     old_sigma = stats.sigma(clip_min, clip_max)
     new = popart_update(stats, targets, tasks, beta, valid=valid, reduce=reduce)
     sigma = new.sigma(clip_min, clip_max)
-    popart_preserve_(head, stats.mu, old_sigma, new.mu, sigma)
-    return PopArtStep(stats=new, sigma=sigma, old_mu=stats.mu, old_sigma=old_sigma)
+    # a task's first statistics: its head row has never been trained on normalised targets, so there are no
+    # outputs to preserve; it stays as it is (rescaling it by sigma_old / sigma_new would only shrink it)
+    rescaled = ~(is_initial(stats) & ~is_initial(new))
+    if head.bias is None:
+        raise ValueError("popart_step: the value head has no bias; PopArt needs one to absorb the shift mu")
+    new_w, new_b = popart_rescaled_head(head.weight, head.bias, stats.mu, old_sigma, new.mu, sigma)
+    keep = rescaled.to(head.weight.device)
+    if bool(keep.any()):  # nothing to rescale (only first statistics): the head is not touched at all
+        with torch.no_grad():
+            head.weight.copy_(torch.where(keep.unsqueeze(1), new_w, head.weight))
+            head.bias.copy_(torch.where(keep, new_b, head.bias))
+    return PopArtStep(stats=new, sigma=sigma, old_mu=stats.mu, old_sigma=old_sigma, rescaled=rescaled)

@@ -232,7 +232,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                  "the head rescaled after every step so its unnormalised outputs do not change. Replaces "
                  "--normalize_returns")
     g.add_argument("--popart_beta", type=float, default=3e-4,
-                   help="with --popart: step size of the per-task running mean and second moment of the targets")
+                   help="with --popart: step size, per trajectory (Brain Agent's rate), of each task's running mean "
+                        "and second moment of the targets: n trajectories of a task in a minibatch move them "
+                        "1-(1-beta)^n of the way; a task's first minibatch sets them")
     g.add_argument("--popart_clip_min", type=float, default=1e-4,
                    help="with --popart: the per-task stddev is never below this")
 

@@ -34,6 +34,18 @@ class PopArt(nn.Module):
         self.register_buffer("mu", initial.mu)
         self.register_buffer("nu", initial.nu)
         self.register_buffer("sigma_", initial.sigma(self.clip_min))
+        # the data weight of the moving averages (their bias correction, sfx.algo.popart)
+        self.register_buffer("weight", initial.weight)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # checkpoints from before the data weight: a task whose statistics moved is warmed up (weight 1)
+        key = prefix + "weight"
+        if key not in state_dict and prefix + "mu" in state_dict:
+            mu, nu = state_dict[prefix + "mu"], state_dict[prefix + "nu"]
+            state_dict[key] = torch.where((mu == 0) & (nu == 1), torch.zeros_like(mu), torch.ones_like(mu))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     @property
     def num_tasks(self) -> int:
@@ -57,8 +69,9 @@ class PopArt(nn.Module):
         """ART then POP (:func:`sfx.algo.popart.popart_step`): every task's statistics move towards its valid
         targets in this minibatch (over all ranks with ``reduce``, a collective every rank calls), and
         ``head`` (``nn.Linear(H, K)``) is rescaled in place to preserve its outputs."""
-        step = popart_step(PopArtStats(self.mu, self.nu), head, targets, tasks, self.beta, self.clip_min,
+        step = popart_step(PopArtStats(self.mu, self.nu, self.weight), head, targets, tasks, self.beta, self.clip_min,
                            valid=valid, reduce=reduce)
         self.mu.copy_(step.stats.mu)
         self.nu.copy_(step.stats.nu)
+        self.weight.copy_(step.stats.weight)
         self.sigma_.copy_(step.sigma)

@@ -1,7 +1,9 @@
 """PopArt against plain loops written from the papers (van Hasselt et al. 2016, Algorithm 1; Hessel et
-al. 2019, per-task statistics from the learner's batch), the output-preserving property, per-task
-independence, masking, data-parallel reduction, the sigma clip, K = 1 and dtypes."""
+al. 2019, per-task statistics from the learner's batch; Brain Agent's beta per trajectory), the bias
+correction, the first batch's head, the output-preserving property, per-task independence, masking,
+data-parallel reduction, the sigma clip, K = 1 and dtypes."""
 
+import decimal
 import math
 
 import numpy as np
@@ -11,9 +13,11 @@ import torch
 from sfx.algo.popart import (
     POPART_SIGMA_MAX,
     PopArtStats,
+    is_initial,
     popart_advantages,
     popart_normalize,
     popart_preserve_,
+    popart_rates,
     popart_rescaled_head,
     popart_step,
     popart_unnormalize,
@@ -33,18 +37,43 @@ def sigma_from_paper(mu, nu, clip_min=CLIP_MIN, clip_max=POPART_SIGMA_MAX):
     return min(clip_max, max(clip_min, s))
 
 
-def art_from_paper(mu, nu, targets, tasks, valid, beta):
-    """Hessel et al. 2019: per task, one moving-average step towards the mean target and the mean squared
-    target of that task's samples in the batch; a task without samples keeps its statistics."""
+def art_from_paper(mu, nu, targets, tasks, valid, beta, per_unit=1, weight=None):
+    """Per task, one moving-average step towards the mean target and the mean squared target of that task's
+    samples in the batch (Hessel et al. 2019), as far as u steps of size ``beta`` go, ``1 - (1 - beta)^u``,
+    u = the task's valid samples / ``per_unit`` (1: a unit per sample; T: per trajectory of T samples).
+    ``weight`` None: a plain moving average (a task at exactly mu = 0, nu = 1 takes the batch's moments).
+    ``weight`` a list: Adam's bias correction, written as Adam writes it: raw averages m1, m2 started at 0
+    (m = weight * moments) move like the plain ones, the weight w <- (1 - a) w + a, and the statistics are
+    m / w. A task without samples keeps everything. ``targets``, ``tasks``, ``valid``: flat, one entry per
+    sample. Returns (mu, nu, weight)."""
     mu, nu = list(mu), list(nu)
+    weight = None if weight is None else list(weight)
     for k in range(len(mu)):
         mine = [float(g) for g, i, v in zip(targets, tasks, valid) if v and i == k]
         if not mine:
             continue
         mean = sum(mine) / len(mine)
         mean2 = sum(g * g for g in mine) / len(mine)
-        mu[k] = (1 - beta) * mu[k] + beta * mean
-        nu[k] = (1 - beta) * nu[k] + beta * mean2
+        a = 1.0 - (1.0 - beta) ** (len(mine) / per_unit)
+        if weight is None:
+            rate = 1.0 if (mu[k] == 0.0 and nu[k] == 1.0) else a
+            mu[k] = (1 - rate) * mu[k] + rate * mean
+            nu[k] = (1 - rate) * nu[k] + rate * mean2
+        else:
+            m1, m2 = weight[k] * mu[k], weight[k] * nu[k]
+            m1, m2 = (1 - a) * m1 + a * mean, (1 - a) * m2 + a * mean2
+            weight[k] = (1 - a) * weight[k] + a
+            mu[k], nu[k] = m1 / weight[k], m2 / weight[k]
+    return mu, nu, weight
+
+
+def fold_one_by_one(mu, nu, samples, beta):
+    """Algorithm 1's statistics, sample after sample in the batch's order: mu <- (1 - beta) mu + beta G,
+    nu <- (1 - beta) nu + beta G^2. ``samples``: [(task, G)]."""
+    mu, nu = list(mu), list(nu)
+    for k, g in samples:
+        mu[k] = (1 - beta) * mu[k] + beta * g
+        nu[k] = (1 - beta) * nu[k] + beta * g * g
     return mu, nu
 
 
@@ -83,47 +112,167 @@ def _random_stats(rng, k):
 def test_update_matches_per_task_batch_loop(num_tasks, beta):
     rng = np.random.default_rng(num_tasks * 100 + int(beta * 1000))
     stats = PopArtStats.initial(num_tasks)
-    mu, nu = [0.0] * num_tasks, [1.0] * num_tasks
+    mu, nu, weight = [0.0] * num_tasks, [1.0] * num_tasks, [0.0] * num_tasks
     scales = 10.0 ** rng.uniform(-1, 3, size=num_tasks)  # tasks of very different reward scales
     for n in (1, 5, 64, 200, 3):
         tasks = rng.integers(0, num_tasks, size=n)
         targets = rng.normal(3.0, 1.0, size=n) * scales[tasks]
         valid = rng.random(n) > 0.25
         stats = popart_update(stats, torch.tensor(targets), torch.tensor(tasks), beta, valid=torch.tensor(valid))
-        mu, nu = art_from_paper(mu, nu, targets, tasks, valid, beta)
-        np.testing.assert_allclose(stats.mu.numpy(), mu, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(stats.nu.numpy(), nu, rtol=1e-12, atol=1e-12)
+        mu, nu, weight = art_from_paper(mu, nu, targets, tasks, valid, beta, weight=weight)
+        np.testing.assert_allclose(stats.mu.numpy(), mu, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(stats.nu.numpy(), nu, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(stats.weight.numpy(), weight, rtol=1e-12, atol=1e-15)
         sigma_ref = [sigma_from_paper(m, v) for m, v in zip(mu, nu)]
         np.testing.assert_allclose(stats.sigma(CLIP_MIN).numpy(), sigma_ref, rtol=1e-10)
 
 
+@pytest.mark.parametrize("num_tasks", [1, 3])
+@pytest.mark.parametrize("beta", [3e-4, 0.05, 1.0])
+@pytest.mark.parametrize("tracked", [True, False])
+def test_update_per_trajectory_matches_the_loop(num_tasks, beta, tracked):
+    """tasks [B] for targets [B, T]: one unit per trajectory, a partly valid trajectory counts in part; with
+    and without the data weight (bias correction)."""
+    rng = np.random.default_rng(num_tasks * 10 + int(beta * 100))
+    stats = PopArtStats.initial(num_tasks)
+    if not tracked:
+        stats = PopArtStats(stats.mu, stats.nu)
+    mu, nu, weight = [0.0] * num_tasks, [1.0] * num_tasks, [0.0] * num_tasks if tracked else None
+    for b, t in ((4, 8), (16, 32), (3, 5), (1, 8), (64, 32)):
+        tasks = rng.integers(0, num_tasks, size=b)
+        targets = rng.normal(5.0, 2.0, size=(b, t)) * 10.0 ** tasks[:, None]
+        valid = rng.random((b, t)) > 0.3
+        stats = popart_update(stats, torch.tensor(targets), torch.tensor(tasks), beta, valid=torch.tensor(valid))
+        mu, nu, weight = art_from_paper(mu, nu, targets.reshape(-1), np.repeat(tasks, t), valid.reshape(-1), beta,
+                                        per_unit=t, weight=weight)
+        np.testing.assert_allclose(stats.mu.numpy(), mu, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(stats.nu.numpy(), nu, rtol=1e-10, atol=1e-12)
+        assert (stats.weight is None) == (not tracked)
+
+
+def test_bias_correction_makes_the_statistics_the_data_s_average_early_on():
+    """With the data weight, t batches of one trajectory each give mu = the weighted average of the t batch
+    means with weights (1 - beta)^(t - i), i.e. their plain mean while t beta << 1: no trace of the initial
+    mu = 0, nu = 1 (without it, sigma would start at the initial 1 mixed with beta's share of the data)."""
+    rng = np.random.default_rng(22)
+    beta = 3e-4
+    stats = PopArtStats.initial(1)
+    means, squares = [], []
+    for _ in range(50):
+        g = rng.normal(-100.0, 5.0, size=(1, 16))
+        means.append(g.mean())
+        squares.append((g * g).mean())
+        stats = popart_update(stats, torch.tensor(g), None, beta)
+    w = np.array([(1 - beta) ** (len(means) - 1 - i) for i in range(len(means))])
+    mu, nu = float((w * np.array(means)).sum() / w.sum()), float((w * np.array(squares)).sum() / w.sum())
+    assert stats.mu.item() == pytest.approx(mu, rel=1e-10)
+    assert stats.nu.item() == pytest.approx(nu, rel=1e-10)
+    assert stats.weight.item() == pytest.approx(1 - (1 - beta) ** 50, rel=1e-10)
+    # the targets' spread (about 5); the uncorrected average from mu = 0, nu = 1 would give about 12
+    assert stats.sigma(CLIP_MIN).item() == pytest.approx(math.sqrt(nu - mu * mu), rel=1e-6)
+
+
+def test_per_sample_rate_is_algorithm_1_s_fold_up_to_the_order():
+    """n samples of a task in a batch move its statistics 1 - (1 - beta)^n of the way to their mean: exactly
+    Algorithm 1's sample-by-sample fold when the samples are equal, within (n beta)^2 x their spread
+    otherwise (the fold weighs later samples more; the batch rule is order-free)."""
+    rng = np.random.default_rng(21)
+    start = PopArtStats(mu=_f64([3.0, -1.0]), nu=_f64([25.0, 4.0]))
+    for beta in (3e-4, 1e-2):
+        for n in (1, 8, 40, 256):
+            for targets, exact in ((np.full(n, rng.normal(0, 10)), True),
+                                   (rng.normal(rng.normal(0, 20), 10, n), False)):
+                got = popart_update(start, torch.tensor(targets), torch.zeros(n, dtype=torch.long), beta)
+                mu, nu = fold_one_by_one(start.mu.tolist(), start.nu.tolist(), [(0, g) for g in targets], beta)
+                if exact:
+                    assert got.mu[0].item() == pytest.approx(mu[0], rel=1e-12, abs=1e-12)
+                    assert got.nu[0].item() == pytest.approx(nu[0], rel=1e-12, abs=1e-12)
+                else:
+                    bound = (n * beta) ** 2 * float(np.abs(targets - targets.mean()).max())
+                    assert abs(got.mu[0].item() - mu[0]) <= bound + 1e-12
+                    bound2 = (n * beta) ** 2 * float(np.abs(targets ** 2 - (targets ** 2).mean()).max())
+                    assert abs(got.nu[0].item() - nu[0]) <= bound2 + 1e-9
+                assert torch.equal(got.mu[1], start.mu[1])
+
+
+def test_popart_rates_are_one_minus_one_minus_beta_to_the_units():
+    units = _f64([0.0, 0.5, 1.0, 8.0, 1e4])
+    for beta in (1e-8, 3e-4, 0.3, 1.0):
+        # 1 - (1 - beta)^u in 50 digits: in float64 the subtraction would lose digits for a tiny beta
+        with decimal.localcontext() as ctx:
+            ctx.prec = 50
+            want = [float(1 - (1 - decimal.Decimal(beta)) ** decimal.Decimal(u)) if u > 0 else 0.0
+                    for u in units.tolist()]
+        np.testing.assert_allclose(popart_rates(beta, units).numpy(), want, rtol=1e-12, atol=0)
+    assert popart_rates(3e-4, _f64([1.0])).item() == pytest.approx(3e-4, rel=1e-12)  # one unit: beta itself
+
+
+def test_the_first_batch_of_a_task_gives_its_moments_and_leaves_its_head_row_alone():
+    """Initial statistics (mu = 0, nu = 1) are no data: a task's first batch takes that batch's moments
+    (Adam's bias correction at its first step), whatever beta; its head row is not rescaled (nothing trained
+    on normalised targets to preserve). The other tasks move at their rate and are rescaled."""
+    head = torch.nn.Linear(3, 3).double()
+    w0, b0 = head.weight.detach().clone(), head.bias.detach().clone()
+    stats = PopArtStats(mu=_f64([0.0, 2.0, 0.0]), nu=_f64([1.0, 5.0, 1.0]))  # task 1 has seen data, task 2 absent
+    assert is_initial(stats).tolist() == [True, False, True]
+    g0, g1 = [1000.0, 1010.0, 990.0], [4.0, 6.0]
+    step = popart_step(stats, head, _f64(g0 + g1), torch.tensor([0, 0, 0, 1, 1]), 3e-4, CLIP_MIN)
+    assert step.stats.mu[0].item() == pytest.approx(1000.0, rel=1e-12)
+    assert step.sigma[0].item() == pytest.approx(float(np.std(g0)), rel=1e-9)
+    rate = 1 - (1 - 3e-4) ** 2
+    assert step.stats.mu[1].item() == pytest.approx((1 - rate) * 2.0 + rate * 5.0, rel=1e-12)
+    assert step.stats.mu[2].item() == 0.0 and step.stats.nu[2].item() == 1.0
+    assert step.rescaled.tolist() == [False, True, True]
+    assert torch.equal(head.weight[0], w0[0]) and head.bias[0].item() == b0[0].item()
+    assert torch.equal(head.weight[2], w0[2]) and head.bias[2].item() == b0[2].item()  # identity rescale
+    assert not torch.equal(head.weight[1], w0[1])
+    # the next batch of task 0 moves it at its rate only
+    again = popart_update(step.stats, _f64([0.0]), torch.tensor([0]), 3e-4)
+    assert again.mu[0].item() == pytest.approx((1 - 3e-4) * 1000.0, rel=1e-12)
+
+
+def test_a_step_of_first_statistics_only_leaves_the_head_untouched():
+    """Every present task at its first batch (the others absent): no row to rescale, so the head is not
+    written at all (its version does not move: a graph through it stays valid)."""
+    head = torch.nn.Linear(3, 2)
+    out = head(torch.randn(4, 3))
+    step = popart_step(PopArtStats.initial(2), head, torch.tensor([5.0, 7.0, 9.0]), torch.tensor([0, 0, 0]), 0.5,
+                       CLIP_MIN)
+    assert step.rescaled.tolist() == [False, True]  # task 1: absent, an identity
+    out.sum().backward()  # no in-place change happened
+    assert step.stats.mu[0].item() == pytest.approx(7.0)
+
+
 def test_one_sample_per_step_is_algorithm_1():
-    """With one sample per learner step, the batch rule is van Hasselt's per-sample Algorithm 1, rescale included."""
+    """With one sample per learner step, the batch rule is van Hasselt's per-sample Algorithm 1, rescale
+    included (from statistics that have seen data: the very first batch is the special case above)."""
     rng = np.random.default_rng(1)
     num_tasks, hidden = 4, 5
     head = torch.nn.Linear(hidden, num_tasks).double()
     w0, b0 = head.weight.detach().numpy().copy(), head.bias.detach().numpy().copy()
     samples = [(float(rng.normal(0, 10.0 ** (k % 3))), int(k)) for k in rng.integers(0, num_tasks, size=60)]
     beta = 0.05
-    stats = PopArtStats.initial(num_tasks)
+    mu0, nu0 = [0.5] * num_tasks, [2.0] * num_tasks
+    stats = PopArtStats(mu=_f64(mu0), nu=_f64(nu0))
     for y, k in samples:
         stats = popart_step(stats, head, _f64([y]), torch.tensor([k]), beta, CLIP_MIN).stats
-    mu, nu, w, b = algorithm1_from_paper([0.0] * num_tasks, [1.0] * num_tasks, w0, b0, samples, beta)
+    mu, nu, w, b = algorithm1_from_paper(mu0, nu0, w0, b0, samples, beta)
     np.testing.assert_allclose(stats.mu.numpy(), mu, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(stats.nu.numpy(), nu, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(head.weight.detach().numpy(), w, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(head.bias.detach().numpy(), b, rtol=1e-10, atol=1e-12)
 
 
-def test_batch_rule_differs_from_folding_samples_in_one_by_one():
-    """The documented choice: one step per task per batch, not n sequential steps (mu would move by 1-(1-beta)^n)."""
-    stats = PopArtStats.initial(1)
+def test_n_units_in_one_batch_move_the_statistics_like_n_updates():
+    """beta keeps its meaning per unit whatever the batch: n equal units in one batch = n updates of one unit."""
+    stats = PopArtStats(mu=_f64([0.5]), nu=_f64([2.0]))
     batch = popart_update(stats, torch.full((10,), 2.0), None, 0.5)
-    assert batch.mu.item() == pytest.approx(1.0)  # 0.5 * 0 + 0.5 * 2
     one_by_one = stats
     for _ in range(10):
         one_by_one = popart_update(one_by_one, torch.tensor([2.0]), None, 0.5)
-    assert one_by_one.mu.item() == pytest.approx(2.0 * (1 - 0.5 ** 10))
+    assert batch.mu.item() == pytest.approx(one_by_one.mu.item(), rel=1e-12)
+    assert batch.mu.item() == pytest.approx(2.0 + (0.5 - 2.0) * 0.5 ** 10, rel=1e-12)
+    assert batch.nu.item() == pytest.approx(one_by_one.nu.item(), rel=1e-12)
 
 
 def test_a_task_with_one_sample_moves_towards_that_sample():
@@ -133,8 +282,9 @@ def test_a_task_with_one_sample_moves_towards_that_sample():
     new = popart_update(stats, targets, tasks, 0.1)
     assert new.mu[0].item() == pytest.approx(0.9 * 1.0 + 0.1 * 10.0)
     assert new.nu[0].item() == pytest.approx(0.9 * 5.0 + 0.1 * 100.0)
-    assert new.mu[1].item() == pytest.approx(0.9 * -2.0 + 0.1 * 0.7)
-    assert new.nu[1].item() == pytest.approx(0.9 * 8.0 + 0.1 * (0.25 + 0.49 + 0.81) / 3)
+    rate = 1 - 0.9 ** 3  # three samples of task 1: three units
+    assert new.mu[1].item() == pytest.approx((1 - rate) * -2.0 + rate * 0.7)
+    assert new.nu[1].item() == pytest.approx((1 - rate) * 8.0 + rate * (0.25 + 0.49 + 0.81) / 3)
 
 
 def test_beta_one_gives_the_batch_moments():
@@ -196,8 +346,14 @@ def test_tasks_and_valid_per_trajectory_broadcast_over_time():
     tasks = torch.tensor([2, 0, 2, 1])
     valid = torch.tensor([True, False, True, True])
     got = popart_update(stats, targets, tasks, 0.1, valid=valid)
-    full = popart_update(stats, targets, tasks[:, None].expand(4, 6), 0.1, valid=valid[:, None].expand(4, 6))
-    assert torch.equal(got.mu, full.mu) and torch.equal(got.nu, full.nu)
+    # the same samples with a task per sample: the same batch moments, but each sample a unit (6x the units)
+    per_sample = popart_update(stats, targets, tasks[:, None].expand(4, 6), 0.1, valid=valid[:, None].expand(4, 6))
+    for result, per_unit in ((got, 6), (per_sample, 1)):
+        mu, nu, _ = art_from_paper(stats.mu.tolist(), stats.nu.tolist(), targets.reshape(-1).tolist(),
+                                   tasks.repeat_interleave(6).tolist(), valid.repeat_interleave(6).tolist(), 0.1,
+                                   per_unit=per_unit)
+        np.testing.assert_allclose(result.mu.numpy(), mu, rtol=1e-12)
+        np.testing.assert_allclose(result.nu.numpy(), nu, rtol=1e-12)
     assert torch.equal(got.mu[0], stats.mu[0])  # the only task-0 trajectory is masked
 
 
@@ -235,7 +391,7 @@ def test_reduce_over_two_ranks_equals_one_update_on_the_concatenation():
 
     per_rank = [popart_update(stats, g, t, 0.2, valid=v, reduce=all_reduce(rank))
                 for rank, (g, t, v) in enumerate(halves)]
-    assert calls == [(0, (3, num_tasks), torch.float64), (1, (3, num_tasks), torch.float64)]  # one call per update
+    assert calls == [(0, (4, num_tasks), torch.float64), (1, (4, num_tasks), torch.float64)]  # one call per update
     whole = popart_update(stats, torch.cat([h[0] for h in halves]), torch.cat([h[1] for h in halves]), 0.2,
                           valid=torch.cat([h[2] for h in halves]))
     for got in per_rank:
@@ -354,13 +510,17 @@ def test_sigma_clip_engages_when_the_variance_vanishes():
 def test_k1_is_scalar_popart():
     rng = np.random.default_rng(10)
     stats_none, stats_zero = PopArtStats.initial(1), PopArtStats.initial(1)
-    mu, nu = 0.0, 1.0
+    mu, nu, weight = 0.0, 1.0, 0.0
     for n in (3, 50, 1):
         g = rng.normal(20.0, 5.0, size=(n, 4))
         stats_none = popart_update(stats_none, torch.tensor(g), None, 0.1)
         stats_zero = popart_update(stats_zero, torch.tensor(g), torch.zeros(n, dtype=torch.long), 0.1)
-        mu = 0.9 * mu + 0.1 * g.mean()  # the single-task rule: one step towards the batch's moments
-        nu = 0.9 * nu + 0.1 * (g * g).mean()
+        # the single-task rule: n trajectories (rows) move the raw averages 1 - 0.9^n of the way to the batch's
+        # moments; the statistics are the raw averages over their data weight
+        a = 1 - 0.9 ** n
+        m1, m2 = (1 - a) * weight * mu + a * g.mean(), (1 - a) * weight * nu + a * (g * g).mean()
+        weight = (1 - a) * weight + a
+        mu, nu = m1 / weight, m2 / weight
     for s in (stats_none, stats_zero):
         assert s.mu.shape == (1,)
         assert s.mu.item() == pytest.approx(mu, rel=1e-12) and s.nu.item() == pytest.approx(nu, rel=1e-12)
@@ -393,16 +553,18 @@ def test_huge_targets_stay_accurate():
     assert stats.mu.item() == pytest.approx(g.mean(), rel=1e-12)
     assert stats.sigma(CLIP_MIN).item() == pytest.approx(g.std(), rel=1e-8)
     # EMA over many steps from the initial statistics: still the paper's numbers
-    stats, mu, nu = PopArtStats.initial(1), 0.0, 1.0
+    stats, mu, nu = PopArtStats(mu=_f64([0.5]), nu=_f64([2.0])), 0.5, 2.0
     for _ in range(20):
-        stats = popart_update(stats, torch.tensor(g32), None, 0.3)
-        mu, nu = 0.7 * mu + 0.3 * g.mean(), 0.7 * nu + 0.3 * (g * g).mean()
+        stats = popart_update(stats, torch.tensor(g32[:2]), None, 0.3)  # two trajectories
+        rate = 1 - 0.7 ** 2
+        mu = (1 - rate) * mu + rate * g[:2].mean()
+        nu = (1 - rate) * nu + rate * (g[:2] * g[:2]).mean()
     assert stats.mu.item() == pytest.approx(mu, rel=1e-12)
     assert stats.sigma(CLIP_MIN).item() == pytest.approx(math.sqrt(nu - mu * mu), rel=1e-9)
     # normalised float32 targets are standard to float32 precision
     z = popart_normalize(torch.tensor(g32), None, stats.mu, stats.sigma(CLIP_MIN))
     assert z.dtype == torch.float32 and torch.isfinite(z).all()
-    z_ref = (g - mu) / math.sqrt(nu - mu * mu)
+    z_ref = (g - mu) / math.sqrt(nu - mu * mu)  # mu, sigma from the first two rows' EMA, applied to all
     np.testing.assert_allclose(z.numpy(), z_ref, atol=1e-3)
     back = popart_unnormalize(z, None, stats.mu, stats.sigma(CLIP_MIN))
     np.testing.assert_allclose(back.numpy(), g, atol=0.25)  # a few float32 ulps at 1e6
@@ -478,6 +640,8 @@ def test_bad_input_is_reported():
             popart_update(stats, torch.zeros(2), None, beta)
     with pytest.raises(ValueError, match="float64"):
         popart_update(PopArtStats(mu=torch.zeros(2), nu=torch.ones(2)), torch.zeros(2), None, 0.1)
+    with pytest.raises(ValueError, match="weight"):
+        popart_update(PopArtStats(stats.mu, stats.nu, torch.zeros(3)), torch.zeros(2), None, 0.1)
     with pytest.raises(ValueError, match="clip_min"):
         stats.sigma(0.0)
     with pytest.raises(ValueError, match="clip_max"):
@@ -490,7 +654,8 @@ def test_rescaling_between_forward_and_backward_is_caught_by_autograd():
     """The learner must rescale after the optimizer step (or before the forward pass), never in between."""
     head = torch.nn.Linear(3, 2)
     out = head(torch.randn(4, 3, requires_grad=True))
-    popart_step(PopArtStats.initial(2), head, torch.tensor([5.0, 7.0]), torch.tensor([0, 1]), 0.5, CLIP_MIN)
+    seen = PopArtStats(mu=_f64([0.5, 0.5]), nu=_f64([2.0, 2.0]))  # statistics that have seen data: a rescale
+    popart_step(seen, head, torch.tensor([5.0, 7.0]), torch.tensor([0, 1]), 0.5, CLIP_MIN)
     with pytest.raises(RuntimeError, match="inplace"):
         out.sum().backward()
 
@@ -522,9 +687,10 @@ def _learn_two_tasks():
         step = popart_step(stats, head, vs, tasks, 0.1, CLIP_MIN)
         stats = step.stats
         n_new = select_task_values(head(features), tasks)
-        # the rescale preserved the values the targets were computed from
-        torch.testing.assert_close(popart_unnormalize(n_new.detach(), tasks, stats.mu, step.sigma), values.detach(),
-                                   rtol=1e-4, atol=1e-2)
+        # the rescale preserved the values the targets were computed from (each task's first batch aside)
+        kept = step.rescaled[tasks]
+        torch.testing.assert_close(popart_unnormalize(n_new.detach(), tasks, stats.mu, step.sigma)[kept],
+                                   values.detach()[kept], rtol=1e-4, atol=1e-2)
         loss = 0.5 * (n_new - popart_normalize(vs, tasks, stats.mu, step.sigma)).square().mean()
         opt.zero_grad()
         loss.backward()
