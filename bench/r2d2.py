@@ -1,6 +1,6 @@
 """R2D2 side by side, in one run (figures, not a test).
 
-    python -m bench.r2d2 cartpole [--seeds=0,1,2] [--out=DIR]     # sfx R2D2 vs Stable-Baselines3 DQN (RL Zoo)
+    python -m bench.r2d2 cartpole [--seeds=0,1,2] [--sb3_from=DIR] [--out=DIR]  # sfx R2D2 vs SB3's DQN (RL Zoo)
     python -m bench.r2d2 atari [--env=atari_breakout] [--frames=300000] [--seeds=0] [--out=DIR]  # R2D2 vs APPO
     python -m bench.r2d2 replay [--sequences=1000] [--batch=64]   # what sampling and priority updates cost
 
@@ -44,6 +44,7 @@ CARTPOLE_FLAGS = ["--algo=R2D2", "--env=gym_CartPole-v1", "--num_workers=2", "--
                   "--replay_buffer_min_size=50", "--target_update_period=50", "--learning_rate=1e-3",
                   "--gamma=0.99", "--n_step=3", "--device=cpu"]
 CARTPOLE_BAR = 400.0
+LOWER_BARS = (150.0, 200.0, 300.0)  # also read off the curves: SB3's DQN (RL Zoo) never averages 400 in training
 
 
 def train(flags: list[str], out: Path, experiment: str, extra: list[str]) -> dict:
@@ -65,21 +66,25 @@ def cartpole(args: argparse.Namespace, out: Path) -> list[dict]:
                                                          f"--stop_at_reward={CARTPOLE_BAR}"])
         steps, secs = first_at(r["reward"], CARTPOLE_BAR, r["start"])
         rows.append({"agent": "sfx R2D2", "seed": seed, "steps_to_bar": steps, "seconds_to_bar": secs,
-                     "final": r["reward"][-1][2] if r["reward"] else None, "updates_per_step": 8.0,
+                     "final": r["reward"][-1][2] if r["reward"] else None, "updates_per_step": 8.0,  # --replay_ratio
                      "curve": [(s, v) for s, _, v in r["reward"]], "exit_code": r["exit_code"]})
-    if SB3_PYTHON.exists():
-        sb3_out = out / "sb3"
-        cmd = [str(SB3_PYTHON), str(REPO_ROOT / "bench" / "sb3_baseline.py"), "--algo=dqn", "--env=CartPole-v1",
-               f"--seeds={','.join(map(str, args.seeds))}", f"--threshold={CARTPOLE_BAR}", f"--out={sb3_out}"]
-        print(" ".join(cmd), flush=True)
-        code = subprocess.call(cmd, cwd=REPO_ROOT)
-        for path in sorted(sb3_out.glob("*.json")):
+    if args.sb3_from or SB3_PYTHON.exists():
+        sb3_out, code = Path(args.sb3_from or out / "sb3"), 0
+        if not args.sb3_from:
+            cmd = [str(SB3_PYTHON), str(REPO_ROOT / "bench" / "sb3_baseline.py"), "--algo=dqn", "--env=CartPole-v1",
+                   f"--seeds={','.join(map(str, args.seeds))}", f"--threshold={CARTPOLE_BAR}",
+                   f"--max_steps={args.sb3_max_steps}", f"--out={sb3_out}"]
+            print(" ".join(cmd), flush=True)
+            code = subprocess.call(cmd, cwd=REPO_ROOT)
+        for path in sorted(sb3_out.glob("sb3_dqn_*.json")):
             report = json.loads(path.read_text())
-            for r in report.get("results", report.get("seeds", [])):
-                rows.append({"agent": "SB3 DQN (RL Zoo)", "seed": r.get("seed"), "exit_code": code,
-                             "steps_to_bar": r.get("steps_to_threshold"), "seconds_to_bar": r.get("seconds_to_threshold"),
-                             "final": r.get("final"), "updates_per_step": report.get("updates_per_step"),
-                             "curve": r.get("curve", [])})
+            utd = report.get("updates_per_step") or {}
+            # trained samples per env step: gradient steps per env step x the batch of each
+            samples = utd["ratio"] * utd["batch_size"] if utd.get("ratio") and utd.get("batch_size") else None
+            for r in report["seeds"]:
+                rows.append({"agent": "SB3 DQN (RL Zoo)", "seed": r["seed"], "exit_code": code,
+                             "steps_to_bar": r["steps_to_threshold"], "seconds_to_bar": r["seconds_to_threshold"],
+                             "final": r["final"], "updates_per_step": samples, "curve": r.get("curve", [])})
     else:
         print(f"(no {SB3_PYTHON}: run bash bench/setup_sb3.sh for the Stable-Baselines3 rows)")
     return rows
@@ -191,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", default="atari_breakout")
     p.add_argument("--frames", type=int, default=300_000)
     p.add_argument("--out", default=None)
+    p.add_argument("--sb3_from", default=None,
+                   help="cartpole: a folder with bench/sb3_baseline.py's DQN json of an earlier run (not rerun)")
+    p.add_argument("--sb3_max_steps", type=int, default=150_000, help="cartpole: env steps per SB3 seed at most")
     args = p.parse_args(argv)
     args.seeds = [int(s) for s in (args.seeds or ("0,1,2" if args.part == "cartpole" else "0")).split(",")]
     stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
@@ -207,11 +215,21 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.part == "cartpole":
         print(f"\nCartPole-v1: env steps and seconds until the last 100 training episodes averaged {CARTPOLE_BAR:g}")
-        print(f"{'agent':20} {'seed':>4} {'steps to 400':>13} {'sec to 400':>11} {'final':>7} {'updates/step':>13}")
+        print("(trained/step: samples trained on per env step: R2D2's --replay_ratio; DQN's gradient steps per env "
+              "step x its batch)")
+        print(f"{'agent':20} {'seed':>4} {'steps to 400':>13} {'sec to 400':>11} {'final':>7} {'trained/step':>13}")
         for r in rows:
             print(f"{r['agent']:20} {r['seed']:>4} {fmt(r['steps_to_bar'], ',d'):>13} "
                   f"{fmt(r['seconds_to_bar'], '.0f'):>11} {fmt(r['final'], '.1f'):>7} "
                   f"{fmt(r['updates_per_step'], 'g'):>13}")
+        print("\nenv steps until the 100-episode average first reached a lower bar (from the curves; SB3's every ~1000 "
+              "steps)")
+        print(f"{'agent':20} {'seed':>4} " + " ".join(f"{b:>9g}" for b in LOWER_BARS) + f" {'best':>7}")
+        for r in rows:
+            firsts = [next((s for s, v in r["curve"] if v >= b), None) for b in LOWER_BARS]
+            best = max((v for _, v in r["curve"]), default=None)
+            print(f"{r['agent']:20} {r['seed']:>4} " + " ".join(f"{fmt(f, ',d'):>9}" for f in firsts)
+                  + f" {fmt(best, '.1f'):>7}")
     else:
         print(f"\n{args.env}: both agents for {args.frames:,} env frames")
         print(f"{'agent':10} {'seed':>4} {'env frames':>11} {'final':>7} {'seconds':>8} {'FPS':>7}")
