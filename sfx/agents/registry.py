@@ -69,7 +69,8 @@ def _load_builtin() -> None:
         from sfx.agents.appo import APPO
         from sfx.agents.dummy import DummySampler
         from sfx.agents.r2d2 import R2D2
+        from sfx.agents.sac import SAC
 
-        for agent in (APPO, DummySampler, R2D2):
+        for agent in (APPO, DummySampler, R2D2, SAC):
             _agents.setdefault(agent.name, agent)  # a user's agent registered under the name first stays
         _builtin_loaded = True

@@ -48,7 +48,7 @@ def test_its_flags_validation_and_hyperparameters_are_its_own():
     with pytest.raises(ConfigError, match=r"unrecognized argument '--ppo_epochs=2'"):
         parse_args(["--env=gym_CartPole-v1", "--algo=TEST_PG", "--ppo_epochs=2"], resume=False)
     with pytest.raises(ConfigError, match=r"--algo=TEST_GP is not a registered algorithm; allowed: APPO, "
-                                          r"DUMMY_SAMPLER, R2D2, TEST_PG; did you mean --algo=TEST_PG\?"):
+                                          r"DUMMY_SAMPLER, R2D2, SAC, TEST_PG; did you mean --algo=TEST_PG\?"):
         parse_args(["--env=gym_CartPole-v1", "--algo=TEST_GP"], resume=False)
     assert [s.name for s in hyperparameter_specs(cfg, None)] == ["learning_rate", "pg_entropy_coeff"]
     # an env family's defaults for another algorithm's flags are left out (minigrid_ sets APPO's ppo_epochs)

@@ -1,0 +1,302 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications": twin critics, a
+learned temperature) with central inference as in SEED RL (Espeholt et al. 2020): ``--algo=SAC``.
+
+Acting (the policy workers batch every actor's inference): the actor of :class:`~sfx.models.sac_model.SACModel`
+gives a diagonal Gaussian, squashed by tanh onto the env's Box bounds (:class:`~sfx.algo.sac.SquashedGaussian`:
+actions are never clipped, they lie inside by construction). Training actors sample it; evaluation,
+``sfx.enjoy`` and export take the squashed mean. The slots keep the final observation of a time-limit step.
+
+Learning: fresh trajectories go to a uniform transition replay (:mod:`sfx.agents.transition_replay`);
+``--replay_ratio`` gradient steps per env step (each a minibatch of ``--batch_size`` transitions) once
+``--learning_starts`` transitions are stored, whatever the sampling speed. A step (the paper's Algorithm 1):
+
+1. critics: ``y = r + gamma^h (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi(.|s')`` (terminations cut
+   the bootstrap; at a time limit ``s'`` is the stored final observation; n-step windows with ``--n_step``),
+   ``J_Q = 1/2 (Q_i(s, a) - y)^2`` for each critic, one Adam step (``--critic_learning_rate``);
+2. actor: ``J_pi = alpha log pi(a|s) - min_i Q_i(s, a)`` with ``a`` reparameterised (a shared image encoder
+   is read detached), Adam (``--actor_learning_rate``);
+3. temperature (unless fixed by ``--sac_alpha``): ``-log_alpha (log pi + H_bar)``, ``H_bar = --target_entropy``
+   (default ``-dim(A)``), Adam (``--alpha_learning_rate``);
+4. target critics: ``Q' <- tau Q + (1 - tau) Q'`` (``--tau``).
+
+The math is :mod:`sfx.algo.sac`'s; names and defaults follow the SAC paper and Stable-Baselines3 (README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from sfx.agents.base import Acted, ActingRule, Agent, Batch, NonFiniteBatch
+from sfx.algo.sac import (SquashedGaussian, actor_loss, clipped_double_q_target, critic_loss, default_target_entropy,
+                          polyak_update_, temperature_loss)
+from sfx.errors import ConfigError
+
+__all__ = ["SAC", "SquashedGaussianActing"]
+
+
+class SquashedGaussianActing(ActingRule):
+    """Samples the squashed Gaussian while training; its squashed mean for evaluation, enjoy and export."""
+
+    stores_final_obs = True
+    export_outputs = ("action_mean", "action_log_std")
+
+    def __init__(self, low: Any, high: Any, seed: int | None = None) -> None:
+        self.low = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
+        self.high = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
+        self.fields = {}
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed))
+
+    def _dist(self, out: Mapping[str, torch.Tensor]) -> SquashedGaussian:
+        mean = out["action_mean"]
+        return SquashedGaussian(mean, out["action_log_std"], self.low.to(mean.device), self.high.to(mean.device),
+                                validate_args=False)
+
+    def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
+            actor_ids: torch.Tensor | None = None) -> Acted:
+        dist = self._dist(out)
+        if deterministic:
+            return Acted(dist.mode(), {})
+        # the rule's own stream on CPU models (reproducible with --seed); a GPU draws from its own generator
+        generator = self.generator if dist.mean.device.type == "cpu" else None
+        return Acted(dist.sample(generator).action, {})
+
+    def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self._dist(out).mode()
+
+
+def add_sac_flags(g: argparse._ActionsContainer) -> None:
+    """SAC's flags: the SAC paper's / Stable-Baselines3's names and defaults."""
+    g.add_argument("--tau", type=float, default=0.005,
+                   help="Polyak averaging of the target critics: Q' <- tau Q + (1 - tau) Q' after each gradient step; "
+                        "in [0, 1] (SEED RL's --polyak is 1 - tau)")
+    g.add_argument("--sac_alpha", type=float, default=None,
+                   help="a fixed entropy temperature alpha >= 0; default (None): learned towards --target_entropy")
+    g.add_argument("--initial_alpha", type=float, default=1.0,
+                   help="the learned temperature's starting value (> 0); SB3's ent_coef='auto' starts at 1.0")
+    g.add_argument("--target_entropy", type=float, default=None,
+                   help="H_bar, the entropy the learned temperature aims at; default (None): -dim(action space)")
+    g.add_argument("--learning_starts", type=int, default=100,
+                   help="transitions stored before the first gradient step (SB3's learning_starts)")
+    g.add_argument("--replay_ratio", type=float, default=1.0,
+                   help="gradient steps per env step (each a minibatch of --batch_size transitions), held whatever "
+                        "the sampling speed; > 0 (SB3: gradient_steps / train_freq)")
+    g.add_argument("--replay_buffer_size", type=int, default=1_000_000,
+                   help="transitions kept in the replay (uniform sampling); checked at start against free memory")
+    g.add_argument("--n_step", type=int, default=1,
+                   help="n-step targets: rewards of n steps summed before bootstrapping (1: the paper's)")
+    g.add_argument("--actor_learning_rate", type=float, default=3e-4, help="Adam learning rate of the actor")
+    g.add_argument("--critic_learning_rate", type=float, default=3e-4, help="Adam learning rate of the twin critics")
+    g.add_argument("--alpha_learning_rate", type=float, default=3e-4,
+                   help="Adam learning rate of log(alpha), the learned temperature")
+    # the paper's values of the trainer's shared flags (a command line or an env family still overrides them);
+    # no core: SAC replays single transitions
+    g.set_defaults(gamma=0.99, batch_size=256, use_rnn=False)
+
+
+def validate_sac_cfg(cfg: Any) -> None:
+    for name, low in {"n_step": 1, "replay_buffer_size": 1, "learning_starts": 0}.items():
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ConfigError(f"--{name}={value} must be an integer >= {low}")
+    if not (cfg.replay_ratio > 0 and math.isfinite(cfg.replay_ratio)):
+        raise ConfigError(f"--replay_ratio={cfg.replay_ratio} must be a finite number > 0 (gradient steps per env "
+                          f"step)")
+    if not 0.0 <= cfg.tau <= 1.0:
+        raise ConfigError(f"--tau={cfg.tau} must be in [0, 1]")
+    if cfg.sac_alpha is not None and not (cfg.sac_alpha >= 0 and math.isfinite(cfg.sac_alpha)):
+        raise ConfigError(f"--sac_alpha={cfg.sac_alpha} must be a finite number >= 0 (or None: learned)")
+    if not (cfg.initial_alpha > 0 and math.isfinite(cfg.initial_alpha)):
+        raise ConfigError(f"--initial_alpha={cfg.initial_alpha} must be a finite number > 0")
+    if cfg.target_entropy is not None and not math.isfinite(cfg.target_entropy):
+        raise ConfigError(f"--target_entropy={cfg.target_entropy} must be finite (or None: -dim(A))")
+    for name in ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate"):
+        value = getattr(cfg, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"--{name}={value} must be a finite number > 0")
+    if cfg.batch_size < 1:
+        raise ConfigError(f"--batch_size={cfg.batch_size} must be >= 1 (transitions per gradient step)")
+
+
+class SAC(Agent):
+    """See the module docstring."""
+
+    name = "SAC"
+    flag_group = "SAC (--algo=SAC)"
+    ranks_refused = ("each rank would sample its own replay; not verified yet (run one rank, or several "
+                     "independent seeds with sfx.runner)")
+
+    @classmethod
+    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
+        add_sac_flags(parser)
+
+    @classmethod
+    def validate(cls, cfg: Any) -> None:
+        validate_sac_cfg(cfg)
+
+    @classmethod
+    def trajectories_per_iteration(cls, cfg: Any) -> int:
+        # a minibatch's worth of fresh transitions per iteration (at least one trajectory): insertion stays
+        # frequent, so the replay ratio's credit is spent in small, even portions
+        return max(1, cfg.batch_size // cfg.rollout)
+
+    @classmethod
+    def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:
+        from sfx.models.sac_model import SACModel
+
+        return SACModel(cfg, obs_space, action_space, num_tasks)
+
+    @classmethod
+    def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
+        from sfx.models.sac_model import box_actions
+
+        box_actions(action_space, cls.name)
+        return SquashedGaussianActing(action_space.low, action_space.high, seed=cfg.seed)
+
+    @classmethod
+    def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
+        from sfx.agents.transition_replay import check_replay_memory, rows_for
+
+        # a stored row is a trajectory slot (its final observations go to a ring of one per row): an upper bound
+        needed = rows_for(cfg.replay_buffer_size, cfg.rollout) * trajectory_bytes
+        check_replay_memory(needed, cfg.replay_buffer_size)
+        return needed
+
+    @classmethod
+    def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
+        return {"actor_learning_rate": (1e-6, 1e-2), "critic_learning_rate": (1e-6, 1e-2)}
+
+    def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
+        super().__init__(cfg, model, device, group)
+        betas = (cfg.adam_beta1, cfg.adam_beta2)
+        self.actor_optimizer = torch.optim.Adam(model.actor.parameters(), lr=cfg.actor_learning_rate, betas=betas)
+        self.critic_optimizer = torch.optim.Adam(model.critic.parameters(), lr=cfg.critic_learning_rate, betas=betas)
+        self.log_alpha = torch.tensor(math.log(cfg.initial_alpha), device=device, requires_grad=True)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_learning_rate, betas=betas)
+        self.target_critic = copy.deepcopy(model.critic)
+        for p in self.target_critic.parameters():
+            p.requires_grad_(False)
+        self.target_entropy = (default_target_entropy(model.action_dim) if cfg.target_entropy is None
+                               else float(cfg.target_entropy))
+        self.generator: torch.Generator | None = None
+        if device.type == "cpu":
+            self.generator = torch.Generator()
+            self.generator.manual_seed(0 if cfg.seed is None else int(cfg.seed) + 1)
+        self.store: Any = None
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        if self.cfg.sac_alpha is not None:
+            return torch.tensor(float(self.cfg.sac_alpha), device=self.device)
+        return self.log_alpha.detach().exp()
+
+    def sample_source(self, fresh: Any) -> Any:
+        from sfx.agents.transition_replay import TransitionReplay
+
+        cfg = self.cfg
+        self.store = TransitionReplay(fresh, cfg.replay_buffer_size, cfg.learning_starts, cfg.replay_ratio, cfg.gamma,
+                                      cfg.n_step, self.device, seed=cfg.seed)
+        return self.store
+
+    def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
+        # the learner's current version, as the fresh samples' ages say (for the replayed ones' ages)
+        version = int(batch.data["policy_versions"][0, 0]) + int(batch.age[0, 0])
+        for _ in range(self.store.due()):
+            mb = self.store.sample(self.cfg.batch_size, version)
+            yield mb, torch.ones(self.cfg.batch_size, dtype=torch.bool, device=self.device)
+
+    def _dist(self, mean: torch.Tensor, log_std: torch.Tensor) -> SquashedGaussian:
+        model = self.model
+        return SquashedGaussian(mean, log_std, model.low, model.high, validate_args=False)
+
+    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
+        cfg, model = self.cfg, self.model
+        alpha = self.alpha
+        pre = model.preprocess(mb["obs"])
+        with torch.no_grad():
+            next_pre = model.preprocess(mb["next_obs"])
+            next_features = self.target_critic.features(next_pre.x)
+            # the next action from the current policy (its features: the online encoder's, as when acting)
+            next_dist = self._dist(*model.policy(next_pre))
+            next_sample = next_dist.rsample(self.generator)
+            nq1, nq2 = model.q_values(next_pre, next_sample.action, next_features, critic=self.target_critic)
+            zeros = torch.zeros_like(mb["rewards"], dtype=torch.bool)
+            y = clipped_double_q_target(mb["rewards"], zeros, zeros, nq1, nq2, next_sample.log_prob, alpha,
+                                        cfg.gamma, discounts=mb["discounts"])
+        features = model.critic.features(pre.x)
+        q1, q2 = model.q_values(pre, mb["actions"], features)
+        closs = critic_loss(q1, q2, y)
+        if not bool(torch.isfinite(closs.loss)):
+            raise NonFiniteBatch("critic loss")
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        closs.loss.backward()
+        self.critic_optimizer.step()
+
+        # the actor: through the critics (their gradients are dropped), features detached
+        features = features.detach()
+        sample = self._dist(*model.policy(pre, features)).rsample(self.generator)
+        q1_pi, q2_pi = model.q_values(pre, sample.action, features)
+        aloss = actor_loss(sample.log_prob, q1_pi, q2_pi, alpha)
+        if not bool(torch.isfinite(aloss)):
+            raise NonFiniteBatch("actor loss")
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        aloss.backward()
+        self.actor_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+
+        stats: dict[str, float] = {}
+        if cfg.sac_alpha is None:
+            tloss = temperature_loss(self.log_alpha, sample.log_prob, self.target_entropy)
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            tloss.backward()
+            self.alpha_optimizer.step()
+            stats["loss/alpha"] = tloss.item()
+        polyak_update_(self.target_critic, model.critic, cfg.tau)
+        stats.update({"loss/critic": closs.loss.item(), "loss/q1": closs.q1_loss.item(),
+                      "loss/q2": closs.q2_loss.item(), "loss/actor": aloss.item(),
+                      "q1_mean": float(q1.detach().mean()), "q2_mean": float(q2.detach().mean()),
+                      "target_q_mean": float(y.mean()), "alpha": float(alpha),
+                      "entropy": float(-sample.log_prob.detach().mean()),
+                      "replay/age_mean": float(mb["age"].mean()), "replay/age_max": float(mb["age"].max())})
+        return stats
+
+    def end_iteration(self, batch: Batch) -> None:
+        super().end_iteration(batch)  # the replay's batch: every active fresh step joins the input statistics
+        batch.stats.update(self.store.stats())
+
+    def learning_state(self) -> dict[str, Any]:
+        return {"actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "alpha_optimizer": self.alpha_optimizer.state_dict(),
+                "target_critic": self.target_critic.state_dict(), "log_alpha": self.log_alpha.detach().clone()}
+
+    def load_learning_state(self, state: Mapping[str, Any]) -> None:
+        for key, opt in (("actor_optimizer", self.actor_optimizer), ("critic_optimizer", self.critic_optimizer),
+                         ("alpha_optimizer", self.alpha_optimizer)):
+            if key in state:
+                opt.load_state_dict(state[key])
+        if "target_critic" in state:
+            self.target_critic.load_state_dict(state["target_critic"])
+        else:  # no target saved: start it as the loaded online critics
+            self.target_critic.load_state_dict(self.model.critic.state_dict())
+        if "log_alpha" in state:
+            with torch.no_grad():
+                self.log_alpha.copy_(torch.as_tensor(state["log_alpha"]).to(self.log_alpha.device))
+
+    def apply_params(self, params: Mapping[str, Any]) -> None:
+        for opt, name in ((self.actor_optimizer, "actor_learning_rate"),
+                          (self.critic_optimizer, "critic_learning_rate"),
+                          (self.alpha_optimizer, "alpha_learning_rate")):
+            for group in opt.param_groups:
+                group["lr"] = float(getattr(self.cfg, name))
+
+    def current_lr(self) -> float:
+        return float(self.critic_optimizer.param_groups[0]["lr"])

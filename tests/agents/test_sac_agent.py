@@ -1,0 +1,271 @@
+"""SAC on the engine (sfx/agents/sac.py, sfx/agents/transition_replay.py, sfx/models/sac_model.py): the acting
+rule's bounds and modes, the transition replay's next observations (the final one at a time limit, none after a
+termination) and n-step windows, one learner step (critics change, target copies move by tau), the replay
+ratio's gradient steps, a training in worker processes that checkpoints everything learned and resumes, and
+the bad inputs."""
+
+import json
+
+import gymnasium
+import pytest
+import torch
+
+from sfx.agents import Batch
+from sfx.agents.sac import SAC, SquashedGaussianActing
+from sfx.agents.transition_replay import TransitionReplay, bootstrap_steps
+from sfx.algo.sac import actor_loss, critic_loss
+from sfx.cfg import ConfigError, default_cfg
+from sfx.engine import run_training
+from sfx.experiment import load_latest_checkpoint
+from sfx.models.sac_model import SACModel
+
+
+def _cfg(tmp_path, **overrides):
+    base = dict(env="gym_Pendulum-v1", algo="SAC", experiment="sac", train_dir=str(tmp_path), device="cpu", seed=3,
+                num_workers=2, num_envs_per_worker=2, rollout=16, batch_size=64, hidden_size=32,
+                learning_starts=100, replay_ratio=0.25, replay_buffer_size=5000, train_for_env_steps=640)
+    return default_cfg(**{**base, **overrides})
+
+
+class _Fresh:
+    """Stands in for FreshTrajectories: hands the given batches in order."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+
+    def ready(self):
+        return bool(self.batches)
+
+    def add(self, slots):
+        pass
+
+    def next_batch(self, version):
+        data = self.batches.pop(0)
+        n, T = data["rewards"].shape
+        return Batch(data=data, valids=data["active"].clone(), fresh=torch.ones(n, dtype=torch.bool),
+                     age=torch.zeros(n, T), env_steps=n * T, ids=torch.full((n,), -1))
+
+
+def _trajectories(n, T, obs_dim=3, act_dim=2, start=0.0, version=0):
+    """``n`` trajectories whose observation at step t of row b is ``start + 1000 b + t`` (every element), so a
+    drawn observation says where it came from; final observations are their negatives."""
+    ids = start + 1000 * torch.arange(n).reshape(n, 1) + torch.arange(T + 1).reshape(1, T + 1)
+    obs = ids.unsqueeze(2).expand(n, T + 1, obs_dim).clone()
+    return {"obs": {"obs": obs}, "final_obs": {"obs": -obs[:, :T].clone()},
+            "actions": torch.rand(n, T, act_dim) * 2 - 1, "rewards": ids[:, :T].clone(),
+            "terminated": torch.zeros(n, T, dtype=torch.bool), "truncated": torch.zeros(n, T, dtype=torch.bool),
+            "active": torch.ones(n, T, dtype=torch.bool), "policy_versions": torch.full((n, T), version),
+            "rnn_states": torch.zeros(n, T + 1, 1)}
+
+
+def test_the_acting_rule_samples_inside_the_bounds_and_acts_with_the_squashed_mean_for_evaluation():
+    low, high = torch.tensor([-2.0, 0.0]), torch.tensor([1.0, 5.0])
+    rule = SquashedGaussianActing(low, high, seed=0)
+    out = {"action_mean": torch.randn(4000, 2) * 3, "action_log_std": torch.full((4000, 2), 1.0)}
+    acted = rule.act(out)
+    a = acted.actions
+    assert a.shape == (4000, 2) and acted.fields == {}
+    assert bool((a >= low).all() and (a <= high).all()) and bool((a > low + 1e-3).any(dim=0).all())
+    assert float(a.std(dim=0).min()) > 0.1  # sampled, not the mean
+    mode = low + (torch.tanh(out["action_mean"]) + 1) / 2 * (high - low)
+    assert torch.allclose(rule.act(out, deterministic=True).actions, mode)
+    assert torch.allclose(rule.mode_actions(out), mode)
+    # the same seed, the same actions
+    assert torch.equal(SquashedGaussianActing(low, high, seed=0).act(out).actions, a)
+    assert rule.stores_final_obs and rule.truncation_field is None
+
+
+def test_a_transition_s_next_observation_is_the_final_one_at_a_time_limit_and_terminations_cut():
+    data = _trajectories(2, 8)
+    data["truncated"][0, 3] = True
+    data["terminated"][1, 5] = True
+    data["active"][1, 6] = False
+    store = TransitionReplay(_Fresh([data]), capacity=64, learning_starts=0, replay_ratio=1.0, gamma=0.9, n_step=1,
+                             device=torch.device("cpu"), seed=0)
+    store.next_batch(0)
+    assert store.valid_count == 15 and store.rows == 8
+    mb = store.sample(2000, policy_version=4)
+    o, nxt = mb["obs"]["obs"][:, 0], mb["next_obs"]["obs"][:, 0]
+    row, t = (o // 1000).long(), (o % 1000).long()
+    assert not bool(((row == 1) & (t == 6)).any())  # an inactive step is never drawn
+    assert set(zip(row.tolist(), t.tolist())) == {(b, s) for b in range(2) for s in range(8)} - {(1, 6)}
+    trunc = (row == 0) & (t == 3)
+    assert torch.equal(nxt[trunc], -o[trunc])  # the episode's final observation, not the reset one
+    assert torch.equal(nxt[~trunc], o[~trunc] + 1)
+    term = (row == 1) & (t == 5)
+    assert bool((mb["discounts"][term] == 0).all()) and bool((mb["discounts"][~term] == 0.9).all())
+    assert torch.equal(mb["rewards"], o)
+    assert torch.equal(mb["age"], torch.full((2000,), 4.0))
+    assert torch.equal(mb["actions"], data["actions"][row, t])
+
+
+def test_n_step_windows_sum_rewards_and_bootstrap_where_the_loop_says():
+    g = torch.Generator().manual_seed(2)
+    data = _trajectories(3, 10)
+    data["rewards"] = torch.randn(3, 10, generator=g)
+    data["terminated"][0, 4] = True
+    data["truncated"][1, 6] = True
+    data["active"][2, 3:5] = False
+    gamma, n = 0.9, 3
+    store = TransitionReplay(_Fresh([data]), capacity=100, learning_starts=0, replay_ratio=1.0, gamma=gamma, n_step=n,
+                             device=torch.device("cpu"), seed=0)
+    store.next_batch(0)
+    boot = bootstrap_steps(data["active"], data["terminated"], data["truncated"], n)
+    for b in range(3):
+        for t in range(10):
+            if not data["active"][b, t]:
+                continue
+            ret, k, j = 0.0, 0, t
+            disc = 1.0
+            while True:  # sfx.algo.nstep's loop over raw steps
+                if data["active"][b, j] and k == n:
+                    j -= 1
+                    break
+                ret += gamma ** k * float(data["rewards"][b, j])
+                k += int(data["active"][b, j])
+                if data["terminated"][b, j]:
+                    disc = 0.0
+                    break
+                if data["truncated"][b, j] or j == 9:
+                    break
+                j += 1
+            disc = disc * gamma ** k
+            assert int(boot[b, t]) == j, (b, t)
+            assert abs(float(store.data["nstep_rewards"][b, t]) - ret) < 1e-5, (b, t)
+            assert abs(float(store.data["discounts"][b, t]) - disc) < 1e-6, (b, t)
+
+
+def test_the_replay_ratio_sets_the_gradient_steps_after_learning_starts():
+    batches = [_trajectories(2, 8, start=10_000 * i) for i in range(5)]  # 16 transitions each
+    store = TransitionReplay(_Fresh(batches), capacity=40, learning_starts=32, replay_ratio=0.75, gamma=0.99,
+                             n_step=1, device=torch.device("cpu"), seed=0)
+    due = []
+    for _ in batches:
+        store.next_batch(0)
+        due.append(store.due())
+    # nothing before 32 stored; then 0.75 x 16 = 12 gradient steps per 16 fresh transitions
+    assert due == [0, 12, 12, 12, 12] and store.stats()["replay/updates_per_step"] == 0.75
+    # a ring of 40 transitions (5 rows of 8): the oldest rows were overwritten
+    assert store.rows == 5 and store.valid_count == 40
+    drawn = store.sample(500, 0)["obs"]["obs"][:, 0]
+    assert float(drawn.min()) >= 10_000 * 2 + 1000  # rows of the first two batches and the third's first: gone
+
+
+def test_one_step_changes_the_critics_and_moves_the_target_copies_by_tau(tmp_path):
+    cfg = _cfg(tmp_path, batch_size=32, tau=0.1, learning_starts=0)
+    space = gymnasium.spaces.Box(-1.0, 1.0, (3,))
+    model = SACModel(cfg, space, gymnasium.spaces.Box(-1.0, 1.0, (2,)))
+    agent = SAC(cfg, model, torch.device("cpu"))
+    store = agent.sample_source(_Fresh([]))
+    data = _trajectories(4, 16)
+    data["obs"]["obs"] = data["obs"]["obs"] / 1000.0
+    data["final_obs"]["obs"] = data["final_obs"]["obs"] / 1000.0
+    store.fresh.batches = [data]
+    batch = store.next_batch(0)
+    mbs = list(agent.minibatches(batch))
+    assert len(mbs) == 16  # 64 transitions x 0.25
+    critic0 = {k: v.clone() for k, v in model.critic.state_dict().items()}
+    target0 = {k: v.clone() for k, v in agent.target_critic.state_dict().items()}
+    actor0 = {k: v.clone() for k, v in model.actor.state_dict().items()}
+    alpha0 = float(agent.alpha)
+    stats = agent.step(*mbs[0])
+    critic1 = model.critic.state_dict()
+    assert all(not torch.equal(critic0[k], critic1[k]) for k in critic0)
+    assert any(not torch.equal(actor0[k], v) for k, v in model.actor.state_dict().items())
+    for k, v in agent.target_critic.state_dict().items():
+        assert torch.allclose(v, 0.9 * target0[k] + 0.1 * critic1[k], atol=1e-6), k
+    assert float(agent.alpha) != alpha0
+    assert {"loss/critic", "loss/q1", "loss/q2", "loss/actor", "loss/alpha", "q1_mean", "q2_mean", "alpha",
+            "entropy", "replay/age_mean"} <= set(stats)
+    # a fixed temperature stays where it is
+    fixed = SAC(_cfg(tmp_path, sac_alpha=0.2), SACModel(cfg, space, gymnasium.spaces.Box(-1.0, 1.0, (2,))),
+                torch.device("cpu"))
+    fixed.sample_source(store)
+    assert fixed.step(*mbs[1])["alpha"] == pytest.approx(0.2) and "loss/alpha" not in fixed.step(*mbs[2])
+
+
+def test_an_image_observation_shares_one_encoder_trained_by_the_critic_loss_only(tmp_path):
+    cfg = _cfg(tmp_path, encoder_type="conv", encoder_subtype="convnet_simple")
+    model = SACModel(cfg, gymnasium.spaces.Box(0, 255, (3, 36, 36), dtype="uint8"),
+                     gymnasium.spaces.Box(-1.0, 1.0, (2,)))
+    assert model.shared_encoder and model.learner_only_prefixes == ("critic.q1.", "critic.q2.")
+    agent = SAC(cfg, model, torch.device("cpu"))
+    obs = torch.randint(0, 255, (8, 3, 36, 36), dtype=torch.uint8)
+    pre = model.preprocess(obs)
+    features = model.critic.features(pre.x)
+    sample = agent._dist(*model.policy(pre, features)).rsample()
+    q1, q2 = model.q_values(pre, sample.action, features.detach())  # as the step evaluates the actor's actions
+    (actor_loss(sample.log_prob, q1, q2, 0.1) + sample.action.sum()).backward()
+    assert all(p.grad is None or not bool(p.grad.any()) for p in model.critic.encoder.parameters())
+    assert any(p.grad is not None and bool(p.grad.any()) for p in model.actor.parameters())
+    # the critic loss does train it
+    q1, q2 = model.q_values(pre, sample.action.detach(), features)
+    critic_loss(q1, q2, torch.zeros(8)).loss.backward()
+    assert any(p.grad is not None and bool(p.grad.any()) for p in model.critic.encoder.parameters())
+
+
+def test_it_trains_in_worker_processes_checkpoints_what_it_learned_and_resumes(tmp_path):
+    # input normalisation on: its statistics must take every fresh step, however many learner steps old
+    cfg = _cfg(tmp_path, normalize_input=True, max_policy_lag=5)
+    result = run_training(cfg)
+    assert result["status"] == "done" and result["env_steps"] >= 640
+    stats = result["train_stats"][0]
+    assert {"loss/critic", "loss/actor", "loss/alpha", "q1_mean", "q2_mean", "alpha", "entropy", "replay/fill",
+            "replay/age_mean", "replay/updates_per_step"} <= set(stats)
+    assert stats["replay/updates_per_step"] == pytest.approx(0.25, rel=0.1)
+    ckpt = load_latest_checkpoint(cfg, 0)
+    assert {"actor_optimizer", "critic_optimizer", "alpha_optimizer", "target_critic", "log_alpha"} <= set(ckpt)
+    assert any(k.startswith("critic.q1.") for k in ckpt["model"]) and ckpt["train_step"] > 0
+    assert float(ckpt["log_alpha"]) != 0.0
+    assert float(ckpt["model"]["preprocessor.obs_normalizer.count"]) >= 600
+    saved = json.loads((tmp_path / "sac" / "cfg.json").read_text())
+    assert saved["algo"] == "SAC" and saved["tau"] == 0.005 and "ppo_epochs" not in saved
+    again = run_training(_cfg(tmp_path, normalize_input=True, max_policy_lag=5, train_for_env_steps=960))
+    assert again["status"] == "done" and again["env_steps"] >= 960
+    later = load_latest_checkpoint(cfg, 0)
+    assert later["train_step"] > ckpt["train_step"]
+    # the resumed learner started from the saved target copies and temperature, not afresh
+    assert not torch.equal(later["target_critic"]["q1.out.weight"], ckpt["target_critic"]["q1.out.weight"])
+    assert later["actor_optimizer"]["state"][0]["step"] > ckpt["actor_optimizer"]["state"][0]["step"]
+
+
+def test_the_paper_s_defaults_and_the_bad_inputs_are_one_clear_line(tmp_path):
+    cfg = default_cfg(env="gym_Pendulum-v1", algo="SAC")
+    assert (cfg.gamma, cfg.tau, cfg.batch_size, cfg.n_step, cfg.replay_ratio, cfg.sac_alpha, cfg.use_rnn) == \
+           (0.99, 0.005, 256, 1, 1.0, None, False)
+    assert (cfg.actor_learning_rate, cfg.critic_learning_rate, cfg.alpha_learning_rate) == (3e-4, 3e-4, 3e-4)
+    for flags, message in [({"replay_ratio": 0.0}, r"--replay_ratio=0.0 must be a finite number > 0"),
+                           ({"replay_ratio": -1.0}, r"--replay_ratio=-1.0 must be"),
+                           ({"tau": 1.5}, r"--tau=1.5 must be in \[0, 1\]"),
+                           ({"n_step": 0}, r"--n_step=0 must be an integer >= 1")]:
+        with pytest.raises(ConfigError, match=message) as e:
+            _cfg(tmp_path, **flags)
+        assert "\n" not in str(e.value)
+    cases = [(dict(env="gym_CartPole-v1", experiment="discrete"),
+              r"--algo=SAC needs a 1-D Box action space .* Discrete\(2\): use --algo=APPO or --algo=R2D2"),
+             (dict(experiment="huge", replay_buffer_size=10 ** 12),
+              r"--replay_buffer_size=1000000000000 transitions need [\d,]+ MiB of memory"),
+             (dict(experiment="rnn", use_rnn=True, recurrence=16),
+              r"--use_rnn=True is not supported; allowed: --use_rnn=False")]
+    for flags, message in cases:
+        with pytest.raises(ConfigError, match=message) as e:
+            run_training(_cfg(tmp_path, **flags))
+        assert "\n" not in str(e.value)
+        assert not (tmp_path / flags["experiment"] / "cfg.json").exists()
+
+
+def test_the_exported_graph_gives_the_squashed_mean_action(tmp_path):
+    from sfx.models.export import export_model
+    from tests.test_export import onnx_runner
+
+    cfg = _cfg(tmp_path)
+    model = SACModel(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Box(-2.0, 3.0, (2,))).eval()
+    rule = SAC.acting_rule(cfg, model.action_space)
+    spec = export_model(model, tmp_path / "actor.onnx", "onnx", rule=rule)
+    assert [o["name"] for o in spec["outputs"]][:3] == ["actions", "action_mean", "action_log_std"]
+    run = onnx_runner(tmp_path / "actor.onnx", spec)
+    obs, h = torch.randn(5, 4), model.initial_rnn_states(5)
+    got = run({"obs": obs.numpy(), "rnn_states": h.numpy()})
+    with torch.no_grad():
+        ref = rule.act(model.forward_step(obs, h), deterministic=True).actions
+    assert torch.allclose(torch.from_numpy(got["actions"]), ref, atol=1e-5)
