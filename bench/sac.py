@@ -1,6 +1,6 @@
 """SAC side by side: sfx's ``--algo=SAC`` against Stable-Baselines3's SAC, in one run (figures, not a test).
 
-    python -m bench.sac invertedpendulum [--seeds=0,1,2] [--out=DIR]   # MuJoCo InvertedPendulum-v5
+    python -m bench.sac invertedpendulum [--seeds=0,1,2] [--bar=R] [--max_steps=N] [--out=DIR]  # InvertedPendulum-v5
     python -m bench.sac pendulum [--seeds=0,1,2] [--out=DIR]           # gymnasium Pendulum-v1
 
 Each task: sfx's SAC with the command line below (:data:`INVERTED_PENDULUM_FLAGS`, the README's and the slow
@@ -54,8 +54,11 @@ TASKS = {"invertedpendulum": (INVERTED_PENDULUM_FLAGS, INVERTED_PENDULUM_BAR, "I
          "pendulum": (PENDULUM_FLAGS, PENDULUM_BAR, "Pendulum-v1", None, 60_000)}
 
 
-def run_task(task: str, seeds: list[int], out: Path) -> list[dict]:
-    flags, bar, gym_id, hyper_from, max_steps = TASKS[task]
+def run_task(task: str, seeds: list[int], out: Path, bar: float | None = None,
+             max_steps: int | None = None) -> list[dict]:
+    flags, default_bar, gym_id, hyper_from, default_steps = TASKS[task]
+    bar = default_bar if bar is None else bar
+    max_steps = max_steps or default_steps
     rows = []
     for seed in seeds:
         r = train(flags, out, f"sac_{task}_s{seed}", [f"--seed={seed}", f"--train_for_env_steps={max_steps}",
@@ -88,14 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("task", choices=sorted(TASKS))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--out", default=None)
+    p.add_argument("--bar", type=float, default=None, help="the reward to reach (default: the task's)")
+    p.add_argument("--max_steps", type=int, default=None, help="env steps per seed at most (default: the task's)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
     out = Path(args.out or REPO_ROOT / "bench" / "results" / f"sac_{args.task}_{stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    rows = run_task(args.task, seeds, out)
-    bar = TASKS[args.task][1]
+    rows = run_task(args.task, seeds, out, args.bar, args.max_steps)
+    bar = TASKS[args.task][1] if args.bar is None else args.bar
 
     def fmt(v: object, spec: str) -> str:
         return "-" if v is None else format(v, spec)

@@ -225,3 +225,31 @@ def _check_action_mask(shape: tuple, action_space: gym.Space) -> int:
                           f"({sum(sizes) if sizes else 'n'},), one 0/1 entry per choice of the categorical action "
                           f"space {action_space} (continuous actions take no mask)")
     return int(sum(sizes))
+
+
+class PreprocessedModel(nn.Module):
+    """What a model built on an :class:`ObsPreprocessor` (attribute ``preprocessor``) gives the engine's acting
+    interface beside its forward passes: the input statistics' switch and update, the previous action and
+    reward switch, and ``for_inference``. The agents' models (``QNetwork``, ``SACModel``) subclass it."""
+
+    preprocessor: ObsPreprocessor
+
+    @property
+    def has_obs_normalizer(self) -> bool:
+        return self.preprocessor.has_obs_normalizer
+
+    @property
+    def prev_action_reward(self) -> bool:
+        return self.preprocessor.prev_action_reward
+
+    def update_obs_normalizer(self, obs: Any, reduce: Any = None) -> None:
+        """Fold raw observations into the input statistics (``reduce``: a sum over data-parallel ranks)."""
+        self.preprocessor.update_normalizer(obs, reduce)
+
+    def for_inference(self) -> "PreprocessedModel":
+        """A model that will only act (policy workers, enjoy): submodules with a ``for_inference`` method switch to
+        their fastest inference form; returns the model in eval mode."""
+        for m in self.modules():
+            if m is not self and callable(getattr(m, "for_inference", None)):
+                m.for_inference()
+        return self.eval()

@@ -22,7 +22,7 @@ from sfx.algo.distributions import MASKED_LOGIT
 from sfx.errors import ConfigError
 from sfx.models.encoders import init_weights
 from sfx.models.obs import as_obs_dict, map_obs
-from sfx.models.preprocess import ObsPreprocessor
+from sfx.models.preprocess import ObsPreprocessor, PreprocessedModel
 from sfx.models.trunk import make_trunk
 
 
@@ -56,7 +56,7 @@ def discrete_actions(action_space: gym.Space, algo: str) -> int:
                       + (" (or --algo=SAC for Box actions)" if isinstance(action_space, gym.spaces.Box) else ""))
 
 
-class QNetwork(nn.Module):
+class QNetwork(PreprocessedModel):
     """See the module docstring.
 
     Attributes:
@@ -86,23 +86,6 @@ class QNetwork(nn.Module):
         init_weights(self.q_head, cfg.policy_initialization, float(cfg.policy_init_gain))
         self.rnn_state_size: int = self.trunk.state_size
         self.trunks = [self.trunk]  # the acting interface's name for the policy trunk (replay features)
-
-    @property
-    def has_obs_normalizer(self) -> bool:
-        return self.preprocessor.has_obs_normalizer
-
-    @property
-    def prev_action_reward(self) -> bool:
-        return self.preprocessor.prev_action_reward
-
-    def update_obs_normalizer(self, obs: Any, reduce: Any = None) -> None:
-        self.preprocessor.update_normalizer(obs, reduce)
-
-    def for_inference(self) -> "QNetwork":
-        for m in self.modules():
-            if m is not self and callable(getattr(m, "for_inference", None)):
-                m.for_inference()
-        return self.eval()
 
     @torch.no_grad()
     def initial_rnn_states(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:

@@ -37,7 +37,7 @@ import torch.nn as nn
 from sfx.errors import ConfigError
 from sfx.models.encoders import MlpEncoder, init_weights
 from sfx.models.obs import as_obs_dict
-from sfx.models.preprocess import ObsPreprocessor, Preprocessed
+from sfx.models.preprocess import ObsPreprocessor, Preprocessed, PreprocessedModel
 from sfx.models.registry import resolve_encoder
 from sfx.models.trunk import make_encoder
 
@@ -95,7 +95,7 @@ class TwinCritic(nn.Module):
         return self.q1(inp).squeeze(1), self.q2(inp).squeeze(1)
 
 
-class SACModel(nn.Module):
+class SACModel(PreprocessedModel):
     """See the module docstring.
 
     Attributes:
@@ -140,23 +140,6 @@ class SACModel(nn.Module):
             else ("critic.",)
 
     # ---------------------------------------------------------------- the engine's acting interface
-
-    @property
-    def has_obs_normalizer(self) -> bool:
-        return self.preprocessor.has_obs_normalizer
-
-    @property
-    def prev_action_reward(self) -> bool:
-        return self.preprocessor.prev_action_reward
-
-    def update_obs_normalizer(self, obs: Any, reduce: Any = None) -> None:
-        self.preprocessor.update_normalizer(obs, reduce)
-
-    def for_inference(self) -> "SACModel":
-        for m in self.modules():
-            if m is not self and callable(getattr(m, "for_inference", None)):
-                m.for_inference()
-        return self.eval()
 
     @torch.no_grad()
     def initial_rnn_states(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:

@@ -10,7 +10,6 @@ import gymnasium
 import pytest
 import torch
 
-from sfx.agents import Batch
 from sfx.agents.r2d2 import R2D2, EpsilonGreedy
 from sfx.agents.sequence_replay import PrioritizedSequences, acting_priorities
 from sfx.algo.qlearning import value_rescale, value_rescale_inverse
@@ -18,6 +17,7 @@ from sfx.cfg import ConfigError, default_cfg
 from sfx.engine import run_training
 from sfx.experiment import load_latest_checkpoint
 from sfx.models.q_network import QNetwork
+from tests.agents.stubs import ListedFresh
 
 
 def _cfg(tmp_path, **overrides):
@@ -51,25 +51,6 @@ def test_each_actor_explores_with_its_own_epsilon_across_all_ranks():
     rule.bind_actors(first=0, total=1)  # epsilon 0.4
     actions = rule.act({"q_values": masked}, actor_ids=torch.zeros(1000, dtype=torch.long)).actions[:, 0]
     assert set(actions[0::2].tolist()) == {1.0} and set(actions[1::2].tolist()) == {0.0, 2.0}
-
-
-class _Fresh:
-    """Stands in for FreshTrajectories: hands the given batches in order."""
-
-    def __init__(self, batches):
-        self.batches = list(batches)
-
-    def ready(self):
-        return bool(self.batches)
-
-    def add(self, slots):
-        pass
-
-    def next_batch(self, version):
-        data = self.batches.pop(0)
-        n, T = data["rewards"].shape
-        return Batch(data=data, valids=data["active"].clone(), fresh=torch.ones(n, dtype=torch.bool),
-                     age=torch.zeros(n, T), env_steps=n * T, ids=torch.full((n,), -1))
 
 
 def _acted_trajectories(model, steps, T, actors, seed=0):
@@ -114,7 +95,7 @@ def test_a_sequence_s_burn_in_prefix_is_the_actor_s_previous_steps_and_warms_up_
     cfg = _cfg("/tmp", hidden_size=8)
     model = QNetwork(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(2))
     trajs = _acted_trajectories(model, steps=24, T=8, actors=3)
-    store = _store(_Fresh(trajs), burn_in=4)
+    store = _store(ListedFresh(trajs), burn_in=4)
     for _ in trajs:
         store.next_batch(0)
     assert store.size == 9 and store.data["obs"]["obs"].shape == (50, 4 + 8 + 1, 4)
@@ -178,7 +159,7 @@ def test_initial_priorities_come_from_the_acting_q_values():
 def test_the_replay_ratio_sets_the_minibatches_and_learning_waits_for_the_minimum_fill():
     model = QNetwork(_cfg("/tmp", hidden_size=8), gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(2))
     trajs = _acted_trajectories(model, steps=40, T=8, actors=2)  # 5 iterations of 2 trajectories of 8 steps
-    store = _store(_Fresh(trajs), burn_in=4, min_size=4, replay_ratio=1.5, per_mb=2)  # a minibatch: 16 steps
+    store = _store(ListedFresh(trajs), burn_in=4, min_size=4, replay_ratio=1.5, per_mb=2)  # a minibatch: 16 steps
     due = []
     for _ in trajs:
         store.next_batch(0)

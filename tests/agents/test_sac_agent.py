@@ -10,7 +10,6 @@ import gymnasium
 import pytest
 import torch
 
-from sfx.agents import Batch
 from sfx.agents.sac import SAC, SquashedGaussianActing
 from sfx.agents.transition_replay import TransitionReplay, bootstrap_steps
 from sfx.algo.sac import actor_loss, critic_loss
@@ -18,6 +17,7 @@ from sfx.cfg import ConfigError, default_cfg
 from sfx.engine import run_training
 from sfx.experiment import load_latest_checkpoint
 from sfx.models.sac_model import SACModel
+from tests.agents.stubs import ListedFresh
 
 
 def _cfg(tmp_path, **overrides):
@@ -25,25 +25,6 @@ def _cfg(tmp_path, **overrides):
                 num_workers=2, num_envs_per_worker=2, rollout=16, batch_size=64, hidden_size=32,
                 learning_starts=100, replay_ratio=0.25, replay_buffer_size=5000, train_for_env_steps=640)
     return default_cfg(**{**base, **overrides})
-
-
-class _Fresh:
-    """Stands in for FreshTrajectories: hands the given batches in order."""
-
-    def __init__(self, batches):
-        self.batches = list(batches)
-
-    def ready(self):
-        return bool(self.batches)
-
-    def add(self, slots):
-        pass
-
-    def next_batch(self, version):
-        data = self.batches.pop(0)
-        n, T = data["rewards"].shape
-        return Batch(data=data, valids=data["active"].clone(), fresh=torch.ones(n, dtype=torch.bool),
-                     age=torch.zeros(n, T), env_steps=n * T, ids=torch.full((n,), -1))
 
 
 def _trajectories(n, T, obs_dim=3, act_dim=2, start=0.0, version=0):
@@ -80,7 +61,7 @@ def test_a_transition_s_next_observation_is_the_final_one_at_a_time_limit_and_te
     data["truncated"][0, 3] = True
     data["terminated"][1, 5] = True
     data["active"][1, 6] = False
-    store = TransitionReplay(_Fresh([data]), capacity=64, learning_starts=0, replay_ratio=1.0, gamma=0.9, n_step=1,
+    store = TransitionReplay(ListedFresh([data]), capacity=64, learning_starts=0, replay_ratio=1.0, gamma=0.9, n_step=1,
                              device=torch.device("cpu"), seed=0)
     store.next_batch(0)
     assert store.valid_count == 15 and store.rows == 8
@@ -107,7 +88,7 @@ def test_n_step_windows_sum_rewards_and_bootstrap_where_the_loop_says():
     data["truncated"][1, 6] = True
     data["active"][2, 3:5] = False
     gamma, n = 0.9, 3
-    store = TransitionReplay(_Fresh([data]), capacity=100, learning_starts=0, replay_ratio=1.0, gamma=gamma, n_step=n,
+    store = TransitionReplay(ListedFresh([data]), capacity=100, learning_starts=0, replay_ratio=1.0, gamma=gamma, n_step=n,
                              device=torch.device("cpu"), seed=0)
     store.next_batch(0)
     boot = bootstrap_steps(data["active"], data["terminated"], data["truncated"], n)
@@ -137,7 +118,7 @@ def test_n_step_windows_sum_rewards_and_bootstrap_where_the_loop_says():
 
 def test_the_replay_ratio_sets_the_gradient_steps_after_learning_starts():
     batches = [_trajectories(2, 8, start=10_000 * i) for i in range(5)]  # 16 transitions each
-    store = TransitionReplay(_Fresh(batches), capacity=40, learning_starts=32, replay_ratio=0.75, gamma=0.99,
+    store = TransitionReplay(ListedFresh(batches), capacity=40, learning_starts=32, replay_ratio=0.75, gamma=0.99,
                              n_step=1, device=torch.device("cpu"), seed=0)
     due = []
     for _ in batches:
@@ -156,7 +137,7 @@ def test_one_step_changes_the_critics_and_moves_the_target_copies_by_tau(tmp_pat
     space = gymnasium.spaces.Box(-1.0, 1.0, (3,))
     model = SACModel(cfg, space, gymnasium.spaces.Box(-1.0, 1.0, (2,)))
     agent = SAC(cfg, model, torch.device("cpu"))
-    store = agent.sample_source(_Fresh([]))
+    store = agent.sample_source(ListedFresh([]))
     data = _trajectories(4, 16)
     data["obs"]["obs"] = data["obs"]["obs"] / 1000.0
     data["final_obs"]["obs"] = data["final_obs"]["obs"] / 1000.0
