@@ -80,7 +80,8 @@ def run_task(task: str, seeds: list[int], out: Path, bar: float | None = None,
                 rows.append({"agent": "SB3 SAC (RL Zoo)", "seed": r.get("seed"), "exit_code": code,
                              "steps_to_bar": r.get("steps_to_threshold"),
                              "seconds_to_bar": r.get("seconds_to_threshold"), "final": r.get("final"),
-                             "updates_per_step": report.get("updates_per_step"), "curve": r.get("curve", [])})
+                             "updates_per_step": (report.get("updates_per_step") or {}).get("ratio"),
+                             "curve": r.get("curve", [])})
     else:
         print(f"(no {SB3_PYTHON}: run bash bench/setup_sb3.sh for the Stable-Baselines3 rows)")
     return rows
