@@ -273,8 +273,11 @@ class R2D2(Agent):
                  "importance_weight_min": float(mb["weights"].min()),
                  "replay/age_mean": float(mb["age"].mean()), "replay/age_max": float(mb["age"].max()),
                  "burn_in_fraction": float(mb["has_prefix"].float().mean())}
-        stats.update(self.store.stats())
         return stats
+
+    def end_iteration(self, batch: Batch) -> None:
+        super().end_iteration(batch)
+        batch.stats.update(self.store.stats())  # the stored priorities' spread, once per iteration
 
     def learning_state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "target_model": self.target.state_dict(),

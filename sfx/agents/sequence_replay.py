@@ -24,6 +24,7 @@ number of times each observation is trained on). Each iteration inserts its fres
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -116,8 +117,7 @@ class PrioritizedSequences:
         if eps is not None:
             batch.stats.update({"epsilon/min": float(eps.min()), "epsilon/max": float(eps.max()),
                                 "epsilon/mean": float(eps.float().mean())})
-        return Batch(data=data, valids=valids, fresh=batch.fresh, age=batch.age, env_steps=batch.env_steps,
-                     ids=batch.ids, stats=batch.stats)
+        return dataclasses.replace(batch, valids=valids)  # every active step (R2D2 replays past any policy lag)
 
     def due(self) -> int:
         """Minibatches the replay ratio asks for now (the credit they use is spent); 0 until the buffer holds
