@@ -6,6 +6,7 @@ Measured when written (2 cores, loaded): seed 1 reached 400 at ~53K env steps (g
 500 at 40K and 50K)."""
 
 import pytest
+import torch
 
 from bench.r2d2 import CARTPOLE_BAR, CARTPOLE_FLAGS
 from sfx.cfg import parse_args
@@ -21,4 +22,6 @@ def test_cartpole_reaches_400_with_the_readme_command_line(tmp_path):
     result = run_training(cfg)
     stats = result["train_stats"][0]
     assert reached_stop_reward(cfg, result), (result["reward"], result["env_steps"])
-    assert stats["replay/fill"] > 0 and stats["burn_in_fraction"] > 0.9 and 0 < stats["epsilon/min"] <= 0.4
+    # epsilons are stored as float32: the ladder's largest is float32(0.4)
+    assert stats["replay/fill"] > 0 and stats["burn_in_fraction"] > 0.9
+    assert 0 < stats["epsilon/min"] <= torch.tensor(0.4).item()
