@@ -12,9 +12,8 @@ average of its last 100 training episodes reaches the bar: env steps and seconds
 the update-to-data ratio each used (1 gradient step of 256 transitions per env step on both sides). sfx's flags
 mirror SB3's: 256x256 ReLU networks, Adam at the same learning rates, tau .005, gamma .99, a learned
 temperature towards -dim(A) starting at 1, a 1M-transition buffer, 100 transitions before learning, no
-observation normalisation. Where they cannot match: sfx acts with the current policy from the start (SB3 acts
-uniformly at random for its first ``learning_starts`` steps), and sfx's actors act with weights up to one
-iteration old (the policy workers run beside the learner).
+observation normalisation, uniformly random actions for the first 100 steps, one env. Where they cannot match:
+sfx's actor acts with weights a few iterations old (the policy worker runs beside the learner: 24 steps here).
 Output: a table, ``sac_<task>.json`` and ``sac_<task>.png`` in the output folder.
 """
 
@@ -30,11 +29,13 @@ from pathlib import Path
 from bench.r2d2 import REPO_ROOT, SB3_PYTHON, train
 from bench.replay import first_at
 
-# The SAC paper's / SB3's settings that are not sfx's defaults (the env family's 64-unit tanh MLPs and input
-# normalisation are APPO's), and the engine's layout: 2 rollout workers of 2 envs, 16-step trajectories, so an
-# iteration inserts 256 transitions (one minibatch's worth) and then trains 256 gradient steps.
-_COMMON = ["--algo=SAC", "--device=cpu", "--num_workers=2", "--num_envs_per_worker=2", "--worker_num_splits=1",
-           "--rollout=16", "--hidden_size=256", "--nonlinearity=relu", "--normalize_input=False", "--batch_size=256",
+# The SAC paper's / SB3's settings (SAC's defaults in sfx, spelled out) and the engine's layout: one env, as SB3's
+# (the RL Zoo runs SAC on n_envs 1). The two sides then count the same thing: the last 100 *finished* episodes
+# average leaves the steps of unfinished episodes out, and with 4 envs that is up to 4 running episodes
+# (hundreds of steps once the pole stays up), so more envs reach the bar later in env steps whatever they learn.
+# 8-step trajectories (SAC's default): the learner inserts 8 transitions, trains 8 gradient steps and publishes.
+_COMMON = ["--algo=SAC", "--device=cpu", "--num_workers=1", "--num_envs_per_worker=1", "--worker_num_splits=1",
+           "--rollout=8", "--hidden_size=256", "--nonlinearity=relu", "--normalize_input=False", "--batch_size=256",
            "--replay_ratio=1", "--replay_buffer_size=1000000", "--learning_starts=100", "--tau=0.005", "--gamma=0.99"]
 
 # MuJoCo's InvertedPendulum-v5 (episodes of up to 1000 steps, +1 per step the pole stays up): a 1-D action,

@@ -108,7 +108,8 @@ def add_r2d2_flags(g: argparse._ActionsContainer) -> None:
                    help="actor i of N explores with epsilon_base^(1 + epsilon_alpha i / (N - 1))")
     g.add_argument("--epsilon_alpha", type=float, default=7.0, help="see --epsilon_base")
     g.add_argument("--eval_epsilon", type=float, default=1e-3, help="epsilon of evaluation and sfx.enjoy")
-    # SEED RL's R2D2 values of the trainer's shared flags (a command line or an env family still overrides them)
+    # SEED RL's R2D2 values of the trainer's shared flags (they beat an env family's defaults; a command line
+    # overrides them)
     g.set_defaults(gamma=0.997, max_grad_norm=40.0, adam_eps=1e-3, rollout=80, recurrence=80, batch_size=64 * 80)
 
 

@@ -19,6 +19,13 @@ Learning: fresh trajectories go to a uniform transition replay (:mod:`sfx.agents
    (default ``-dim(A)``), Adam (``--alpha_learning_rate``);
 4. target critics: ``Q' <- tau Q + (1 - tau) Q'`` (``--tau``).
 
+Units: the learner works on the squashed actions in ``[-1, 1]`` (the actor's ``tanh(u)``): critics take them
+as input, and ``log pi``, the entropy and its target are densities there, as in the SAC authors' code and SB3
+(both rescale the env's actions to ``[-1, 1]``). The replay keeps env actions (what the envs were given),
+mapped to ``[-1, 1]`` when drawn; only acting scales onto the env's bounds. So an env whose bounds are
+``[-3, 3]`` learns as one whose bounds are ``[-1, 1]``: the default target entropy ``-dim(A)`` does not
+depend on the env's units (in env units it would ask ``log 3`` nats less per dimension there).
+
 The math is :mod:`sfx.algo.sac`'s; names and defaults follow the SAC paper and Stable-Baselines3 (README).
 """
 
@@ -34,20 +41,28 @@ import torch
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, NonFiniteBatch
 from sfx.algo.sac import (SquashedGaussian, actor_loss, clipped_double_q_target, critic_loss, default_target_entropy,
                           polyak_update_, temperature_loss)
+from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 
 __all__ = ["SAC", "SquashedGaussianActing"]
 
 
 class SquashedGaussianActing(ActingRule):
-    """Samples the squashed Gaussian while training; its squashed mean for evaluation, enjoy and export."""
+    """Samples the squashed Gaussian while training; its squashed mean for evaluation, enjoy and export.
+
+    ``random_steps``: a training policy worker's first ``random_steps`` acted rows are uniform over the Box
+    instead (the warm-up of ``--random_warmup``: the replay's first ``--learning_starts`` transitions, spread
+    over the policy's workers); counted from :meth:`bind_actors`, so evaluation and enjoy never act at random.
+    """
 
     stores_final_obs = True
     export_outputs = ("action_mean", "action_log_std")
 
-    def __init__(self, low: Any, high: Any, seed: int | None = None) -> None:
+    def __init__(self, low: Any, high: Any, seed: int | None = None, random_steps: int = 0) -> None:
         self.low = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
         self.high = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
+        self.random_steps = int(random_steps)
+        self.random_left = 0  # rows still to act uniformly (set by bind_actors: training policy workers only)
         self.fields = {}
         self.generator = torch.Generator()
         if seed is None:
@@ -60,6 +75,9 @@ class SquashedGaussianActing(ActingRule):
         return SquashedGaussian(mean, out["action_log_std"], self.low.to(mean.device), self.high.to(mean.device),
                                 validate_args=False)
 
+    def bind_actors(self, first: int, total: int) -> None:
+        self.random_left = self.random_steps
+
     def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
             actor_ids: torch.Tensor | None = None) -> Acted:
         dist = self._dist(out)
@@ -67,7 +85,16 @@ class SquashedGaussianActing(ActingRule):
             return Acted(dist.mode(), {})
         # the rule's own stream on CPU models (reproducible with --seed); a GPU draws from its own generator
         generator = self.generator if dist.mean.device.type == "cpu" else None
-        return Acted(dist.sample(generator).action, {})
+        actions = dist.sample(generator).action
+        if self.random_left > 0:
+            # the warm-up: the first rows uniform over the bounds (a batch may straddle its end)
+            k = min(self.random_left, actions.shape[0])
+            self.random_left -= k
+            u = torch.rand(k, actions.shape[1], generator=self.generator)
+            low, high = self.low, self.high
+            actions = actions.clone()
+            actions[:k] = (low + u * (high - low)).to(actions.device, actions.dtype)
+        return Acted(actions, {})
 
     def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return self._dist(out).mode()
@@ -86,6 +113,9 @@ def add_sac_flags(g: argparse._ActionsContainer) -> None:
                    help="H_bar, the entropy the learned temperature aims at; default (None): -dim(action space)")
     g.add_argument("--learning_starts", type=int, default=100,
                    help="transitions stored before the first gradient step (SB3's learning_starts)")
+    add_bool_arg(g, "random_warmup", True,
+                 "the first --learning_starts env steps act uniformly at random over the action space's bounds "
+                 "(SB3's warm-up), not with the untrained actor; False: the actor from the first step")
     g.add_argument("--replay_ratio", type=float, default=1.0,
                    help="gradient steps per env step (each a minibatch of --batch_size transitions), held whatever "
                         "the sampling speed; > 0 (SB3: gradient_steps / train_freq)")
@@ -97,9 +127,14 @@ def add_sac_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--critic_learning_rate", type=float, default=3e-4, help="Adam learning rate of the twin critics")
     g.add_argument("--alpha_learning_rate", type=float, default=3e-4,
                    help="Adam learning rate of log(alpha), the learned temperature")
-    # the paper's values of the trainer's shared flags (a command line or an env family still overrides them);
-    # no core: SAC replays single transitions
-    g.set_defaults(gamma=0.99, batch_size=256, use_rnn=False)
+    # the paper's values of the trainer's shared flags (they beat an env family's defaults, which are APPO's; a
+    # command line overrides them): 256x256 ReLU networks, no input normalisation, PyTorch's nn.Linear
+    # initialisation (SB3's), no core (SAC replays single transitions). Short trajectories and one learner
+    # iteration's worth of queued slots: at a replay ratio the learner sets the pace and the actors wait for
+    # slots, so every queued step is policy lag, not throughput
+    g.set_defaults(gamma=0.99, batch_size=256, use_rnn=False, hidden_size=256, nonlinearity="relu",
+                   normalize_input=False, policy_initialization="torch_default", rollout=8,
+                   traj_buffers_excess_ratio=1.0)
 
 
 def validate_sac_cfg(cfg: Any) -> None:
@@ -144,9 +179,11 @@ class SAC(Agent):
 
     @classmethod
     def trajectories_per_iteration(cls, cfg: Any) -> int:
-        # a minibatch's worth of fresh transitions per iteration (at least one trajectory): insertion stays
-        # frequent, so the replay ratio's credit is spent in small, even portions
-        return max(1, cfg.batch_size // cfg.rollout)
+        # one trajectory of each env (a minibatch's worth at most): small iterations, so that the learner
+        # publishes its weights often and the actors, throttled by the few slots the learner leaves them
+        # (--traj_buffers_excess_ratio 1), act with weights a few dozen gradient steps old, not hundreds
+        envs = cfg.num_workers * cfg.num_envs_per_worker
+        return max(1, min(cfg.batch_size // cfg.rollout, envs))
 
     @classmethod
     def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:
@@ -159,7 +196,10 @@ class SAC(Agent):
         from sfx.models.sac_model import box_actions
 
         box_actions(action_space, cls.name)
-        return SquashedGaussianActing(action_space.low, action_space.high, seed=cfg.seed)
+        # the warm-up's rows, shared by the policy's workers (each serves about an equal share of the actors' steps)
+        random_steps = math.ceil(cfg.learning_starts / max(1, cfg.policy_workers_per_policy)) \
+            if cfg.random_warmup else 0
+        return SquashedGaussianActing(action_space.low, action_space.high, seed=cfg.seed, random_steps=random_steps)
 
     @classmethod
     def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
@@ -181,9 +221,12 @@ class SAC(Agent):
         self.critic_optimizer = torch.optim.Adam(model.critic.parameters(), lr=cfg.critic_learning_rate, betas=betas)
         self.log_alpha = torch.tensor(math.log(cfg.initial_alpha), device=device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_learning_rate, betas=betas)
+        # the critics' own weights (not a shared encoder's: the actor reads its features detached anyway)
+        self.critic_heads = [p for p in model.critic.parameters() if p.requires_grad]
         self.target_critic = copy.deepcopy(model.critic)
         for p in self.target_critic.parameters():
             p.requires_grad_(False)
+        self.unit = torch.ones(model.action_dim, device=device)
         self.target_entropy = (default_target_entropy(model.action_dim) if cfg.target_entropy is None
                                else float(cfg.target_entropy))
         self.generator: torch.Generator | None = None
@@ -214,8 +257,13 @@ class SAC(Agent):
             yield mb, torch.ones(self.cfg.batch_size, dtype=torch.bool, device=self.device)
 
     def _dist(self, mean: torch.Tensor, log_std: torch.Tensor) -> SquashedGaussian:
-        model = self.model
-        return SquashedGaussian(mean, log_std, model.low, model.high, validate_args=False)
+        # the learner's actions are the squashed ones in [-1, 1] (module docstring: units)
+        return SquashedGaussian(mean, log_std, -self.unit, self.unit, validate_args=False)
+
+    def unit_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env actions (the replay's) -> the learner's ``[-1, 1]`` units, ``2 (a - low) / (high - low) - 1``."""
+        low, high = self.model.low, self.model.high
+        return (2.0 * (actions.to(low.dtype) - low) / (high - low) - 1.0).clamp(-1.0, 1.0)
 
     def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
         cfg, model = self.cfg, self.model
@@ -232,7 +280,7 @@ class SAC(Agent):
             y = clipped_double_q_target(mb["rewards"], zeros, zeros, nq1, nq2, next_sample.log_prob, alpha,
                                         cfg.gamma, discounts=mb["discounts"])
         features = model.critic.features(pre.x)
-        q1, q2 = model.q_values(pre, mb["actions"], features)
+        q1, q2 = model.q_values(pre, self.unit_actions(mb["actions"]), features)
         closs = critic_loss(q1, q2, y)
         if not bool(torch.isfinite(closs.loss)):
             raise NonFiniteBatch("critic loss")
@@ -240,17 +288,23 @@ class SAC(Agent):
         closs.loss.backward()
         self.critic_optimizer.step()
 
-        # the actor: through the critics (their gradients are dropped), features detached
+        # the actor: through the critics' inputs only (their weights are frozen for this pass, so its backward
+        # computes no weight gradients for them: ~10% of a step's matrix products), features detached
         features = features.detach()
         sample = self._dist(*model.policy(pre, features)).rsample(self.generator)
-        q1_pi, q2_pi = model.q_values(pre, sample.action, features)
+        for p in self.critic_heads:
+            p.requires_grad_(False)
+        try:
+            q1_pi, q2_pi = model.q_values(pre, sample.action, features)
+        finally:
+            for p in self.critic_heads:
+                p.requires_grad_(True)
         aloss = actor_loss(sample.log_prob, q1_pi, q2_pi, alpha)
         if not bool(torch.isfinite(aloss)):
             raise NonFiniteBatch("actor loss")
         self.actor_optimizer.zero_grad(set_to_none=True)
         aloss.backward()
         self.actor_optimizer.step()
-        self.critic_optimizer.zero_grad(set_to_none=True)
 
         stats: dict[str, float] = {}
         if cfg.sac_alpha is None:

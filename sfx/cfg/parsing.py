@@ -53,7 +53,11 @@ def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] 
         parser.prog = "python -m sfx.enjoy"
     add_default_args(parser)
     agent = _agent(_requested_algo(argv, preset))
+    before = dict(parser._defaults)
     agent.add_flags(parser.add_argument_group(agent.flag_group or f"{agent.name} (--algo={agent.name})"))
+    # the agent's own values of the trainer's shared flags (its set_defaults, e.g. SAC's batch of 256): the
+    # algorithm's hyperparameters, which beat an env family's defaults (tuned for the default agent, APPO)
+    agent_defaults = {k: v for k, v in parser._defaults.items() if k not in before or before[k] != v}
     if env is not None:
         family = find_family(env)
         if family.add_params_fn is not None:
@@ -75,7 +79,7 @@ def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] 
                     parts.setdefault(key, value)  # the first listed env's default holds
             overrides = {**overrides, **parts, **composition.default_overrides}
         _check_overrides(parser, family.prefix, overrides)
-        parser.set_defaults(**overrides)
+        parser.set_defaults(**{**overrides, **agent_defaults})
     if evaluation:
         add_eval_args(parser)
     return parser

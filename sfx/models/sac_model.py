@@ -89,7 +89,8 @@ class TwinCritic(nn.Module):
 
     def heads(self, features: torch.Tensor, actions: torch.Tensor,
               extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Q_1, Q_2)``, ``[N]`` each, from features ``[N, F]`` and actions ``[N, d]`` (env units)."""
+        """``(Q_1, Q_2)``, ``[N]`` each, from features ``[N, F]`` and actions ``[N, d]`` (the learner's units:
+        scaled to ``[-1, 1]``, see :mod:`sfx.agents.sac`)."""
         parts = [features, actions.to(features.dtype)] + ([] if extra is None else [extra.to(features.dtype)])
         inp = torch.cat(parts, dim=1)
         return self.q1(inp).squeeze(1), self.q2(inp).squeeze(1)

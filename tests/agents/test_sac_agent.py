@@ -56,6 +56,65 @@ def test_the_acting_rule_samples_inside_the_bounds_and_acts_with_the_squashed_me
     assert rule.stores_final_obs and rule.truncation_field is None
 
 
+def test_a_training_policy_worker_acts_uniformly_for_its_warm_up_rows_and_never_in_evaluation():
+    low, high = torch.tensor([-3.0, 0.0]), torch.tensor([3.0, 1.0])
+    out = {"action_mean": torch.full((100, 2), 4.0), "action_log_std": torch.full((100, 2), -5.0)}
+    mode = low + (torch.tanh(torch.tensor(4.0)) + 1) / 2 * (high - low)  # where the actor puts everything
+    rule = SquashedGaussianActing(low, high, seed=0, random_steps=250)
+    assert torch.allclose(rule.act(out).actions, mode.expand(100, 2), atol=1e-3)  # not bound: no warm-up
+    rule.bind_actors(first=0, total=4)
+    warm = torch.cat([rule.act(out).actions for _ in range(3)])  # 300 rows: 250 uniform, then the actor's
+    uniform, after = warm[:250], warm[250:]
+    assert bool((uniform >= low).all() and (uniform <= high).all())
+    # uniform over the bounds: spread across them, mean near the middle (std of a mean of 250: range/55)
+    assert torch.allclose(uniform.mean(0), (low + high) / 2, atol=4 * float((high - low).max()) / 55)
+    assert bool((uniform.max(0).values - uniform.min(0).values > 0.9 * (high - low)).all())
+    assert torch.allclose(after, mode.expand(50, 2), atol=1e-3)
+    # evaluation and enjoy (deterministic) never act at random, even during the warm-up
+    fresh = SquashedGaussianActing(low, high, seed=0, random_steps=250)
+    fresh.bind_actors(first=0, total=4)
+    assert torch.allclose(fresh.act(out, deterministic=True).actions, mode.expand(100, 2))
+    # the agent's rule: --learning_starts rows, shared by the policy's workers; --random_warmup=False: none
+    assert SAC.acting_rule(default_cfg(env="gym_Pendulum-v1", algo="SAC", learning_starts=300,
+                                       policy_workers_per_policy=2), gymnasium.spaces.Box(-2.0, 2.0, (1,))
+                           ).random_steps == 150
+    assert SAC.acting_rule(default_cfg(env="gym_Pendulum-v1", algo="SAC", random_warmup=False),
+                           gymnasium.spaces.Box(-2.0, 2.0, (1,))).random_steps == 0
+
+
+def test_the_learner_works_in_unit_actions_so_an_env_s_action_units_do_not_change_learning(tmp_path):
+    # one agent on bounds [-1, 1], one on [-3, 3] with the same weights, fed the same transitions (actions x3 in
+    # the second's replay, as its env was given them): every learning figure is the same
+    stats = []
+    for scale in (1.0, 3.0):
+        torch.manual_seed(0)
+        cfg = _cfg(tmp_path, batch_size=32, learning_starts=0, seed=5)
+        model = SACModel(cfg, gymnasium.spaces.Box(-1.0, 1.0, (3,)), gymnasium.spaces.Box(-scale, scale, (2,)))
+        agent = SAC(cfg, model, torch.device("cpu"))
+        store = agent.sample_source(ListedFresh([]))
+        data = _trajectories(4, 16)
+        data["obs"]["obs"] = data["obs"]["obs"] / 1000.0
+        data["final_obs"]["obs"] = data["final_obs"]["obs"] / 1000.0
+        data["actions"] = data["actions"] * scale
+        store.fresh.batches = [data]
+        mbs = list(agent.minibatches(store.next_batch(0)))
+        stats.append([agent.step(*mb) for mb in mbs[:3]])
+    for one, three in zip(*stats):
+        for key in ("loss/q1", "loss/q2", "loss/actor", "loss/alpha", "q1_mean", "entropy", "alpha"):
+            assert one[key] == pytest.approx(three[key], rel=1e-4, abs=1e-6), key
+    # and the entropy is the squashed action's in [-1, 1]: its target -dim(A) whatever the bounds
+    assert SAC(_cfg(tmp_path), SACModel(_cfg(tmp_path), gymnasium.spaces.Box(-1.0, 1.0, (3,)),
+                                        gymnasium.spaces.Box(-3.0, 3.0, (2,))), torch.device("cpu")).target_entropy == -2
+
+
+def test_iterations_take_one_trajectory_per_env_and_queue_one_iteration_of_slots(tmp_path):
+    # the actors wait for slots at a replay ratio: each queued slot is policy lag
+    cfg = _cfg(tmp_path)  # 2 workers x 2 envs, rollout 16, batch 64
+    assert SAC.trajectories_per_iteration(cfg) == 4 and cfg.traj_buffers_excess_ratio == 1.0
+    assert SAC.trajectories_per_iteration(_cfg(tmp_path, num_workers=8, num_envs_per_worker=4)) == 4  # 64 // 16
+    assert default_cfg(env="gym_CartPole-v1").traj_buffers_excess_ratio == 2.0  # APPO's stays
+
+
 def test_a_transition_s_next_observation_is_the_final_one_at_a_time_limit_and_terminations_cut():
     data = _trajectories(2, 8)
     data["truncated"][0, 3] = True

@@ -53,6 +53,22 @@ def test_gym_family_overrides_defaults_but_cli_wins(tdir):
     assert (cfg.hidden_size, cfg.encoder_type) == (256, "conv")
 
 
+def test_an_agent_s_own_defaults_beat_the_family_s_and_the_command_line_beats_both(tdir):
+    # the mujoco family's defaults are APPO's (64-unit tanh MLPs, batch 1024, rollout 64, input normalisation);
+    # SAC's are the paper's, and they hold on that family; what SAC does not set (envs per worker, the reward
+    # clip, the encoder) stays the family's
+    appo, sac = default_cfg("mujoco_halfcheetah"), default_cfg("mujoco_halfcheetah", algo="SAC")
+    assert (appo.hidden_size, appo.nonlinearity, appo.batch_size, appo.rollout, appo.normalize_input) == \
+           (64, "tanh", 1024, 64, True)
+    assert (sac.hidden_size, sac.nonlinearity, sac.batch_size, sac.rollout, sac.normalize_input) == \
+           (256, "relu", 256, 8, False)
+    assert (sac.num_envs_per_worker, sac.reward_clip, sac.encoder_type) == \
+           (appo.num_envs_per_worker, appo.reward_clip, appo.encoder_type)
+    cfg = parse_args(["--env=mujoco_halfcheetah", "--algo=SAC", tdir, "--hidden_size=64", "--batch_size=128"])
+    assert (cfg.hidden_size, cfg.batch_size, cfg.nonlinearity) == (64, 128, "relu")
+    assert default_cfg("atari_breakout", algo="R2D2").rollout == 80  # SEED RL's, not the family's
+
+
 @pytest.mark.parametrize("text,expected", [
     ("True", True), ("true", True), ("1", True), ("False", False), ("false", False), ("0", False)])
 def test_bool_values(tdir, text, expected):
