@@ -147,6 +147,9 @@ class Agent:
     entry_point: ClassVar[str | None] = None
     # None: trains on several ranks (torch.distributed) like APPO; else why not, refused at start in those words
     ranks_refused: ClassVar[str | None] = None
+    # True: --batch_size counts the steps of whole trajectories (a multiple of --rollout); False: transitions
+    # drawn one by one (SAC's minibatch of 256), any size
+    batch_of_trajectories: ClassVar[bool] = True
 
     # ---------------------------------------------------------------- declarations
 

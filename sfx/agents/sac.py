@@ -166,6 +166,7 @@ class SAC(Agent):
 
     name = "SAC"
     flag_group = "SAC (--algo=SAC)"
+    batch_of_trajectories = False  # --batch_size transitions drawn one by one
     ranks_refused = ("each rank would sample its own replay; not verified yet (run one rank, or several "
                      "independent seeds with sfx.runner)")
 

@@ -102,7 +102,7 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
                           f"--worker_num_splits={cfg.worker_num_splits}")
-    if cfg.batch_size % cfg.rollout != 0:
+    if cfg.batch_size % cfg.rollout != 0 and _agent_batches_trajectories(cfg):
         raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of --rollout={cfg.rollout}")
     if cfg.use_rnn and cfg.rollout % cfg.recurrence != 0:
         raise ConfigError(f"--rollout={cfg.rollout} must be a multiple of --recurrence={cfg.recurrence} "
@@ -181,3 +181,14 @@ def check_writable_dir(path: str | os.PathLike, flag: str) -> None:
     except OSError as e:
         reason = e.strerror or type(e).__name__
         raise ConfigError(f"{flag}={path} is not a writable folder: {reason}") from None
+
+
+def _agent_batches_trajectories(cfg: Any) -> bool:
+    """Whether ``--algo``'s ``--batch_size`` counts whole trajectories' steps (an unknown --algo: yes; its
+    own error comes from the parser)."""
+    from sfx.agents.registry import find_agent  # the agents' room sits above cfg: looked up, never imported at load
+
+    try:
+        return bool(find_agent(getattr(cfg, "algo", "APPO")).batch_of_trajectories)
+    except ConfigError:  # an unknown --algo: the parser names it
+        return True

@@ -64,8 +64,11 @@ def test_an_agent_s_own_defaults_beat_the_family_s_and_the_command_line_beats_bo
            (256, "relu", 256, 8, False)
     assert (sac.num_envs_per_worker, sac.reward_clip, sac.encoder_type) == \
            (appo.num_envs_per_worker, appo.reward_clip, appo.encoder_type)
-    cfg = parse_args(["--env=mujoco_halfcheetah", "--algo=SAC", tdir, "--hidden_size=64", "--batch_size=128"])
-    assert (cfg.hidden_size, cfg.batch_size, cfg.nonlinearity) == (64, 128, "relu")
+    cfg = parse_args(["--env=mujoco_halfcheetah", "--algo=SAC", tdir, "--hidden_size=64", "--batch_size=100"])
+    # SAC's batch is of transitions, not trajectories: any size, whatever the rollout (APPO's must divide)
+    assert (cfg.hidden_size, cfg.batch_size, cfg.nonlinearity) == (64, 100, "relu")
+    with pytest.raises(ConfigError, match=r"--batch_size=100 must be a multiple of --rollout=64"):
+        parse_args(["--env=mujoco_halfcheetah", tdir, "--batch_size=100"])
     assert default_cfg("atari_breakout", algo="R2D2").rollout == 80  # SEED RL's, not the family's
 
 
