@@ -9,8 +9,9 @@ step. Why this bar: the average counts the last 100 episodes, and a balancing po
 average lags far behind the policy (reaching 800 needs ~80 episodes of 1000 steps after learning); ten times the
 random policy's length is a clear signal reached early.
 
-Measured when written (2 cores, loaded by other jobs, ~55 gradient steps a second): seed 0 reached 50 at ~5.4K
-env steps (~130 s); the same run went on to 75 at 9.5K and 147 at 22.8K (414 s)."""
+Measured when written (2 cores, loaded by other jobs, one env, ~60 gradient steps a second): seed 0 reached
+50 at ~5.5K env steps (~90 s); Stable-Baselines3's SAC on the same settings 5.3K (bench/sac.py). An earlier
+layout (4 envs, 16-step trajectories) went on to 75 at 9.5K and 147 at 22.8K (414 s)."""
 
 import pytest
 
