@@ -130,6 +130,11 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         count = advantage_stats.count
         std = (advantage_stats.var * count / (count - 1).clamp(min=1.0)).sqrt()
         targets = targets._replace(advantages=normalize_advantages(targets.advantages, valids, reduce, std=std))
+    first_stats = None
+    if popart is not None:
+        # a task's first statistics come from its first minibatch before that minibatch's loss (as the returns
+        # normalizer's do), so its first value loss is on normalised targets too, not on the reward scale
+        first_stats = popart.first_statistics(targets.returns, tasks, valids, reduce=reduce)
     with torch.no_grad():
         if cfg.normalize_returns and model.returns_normalizer is not None:
             model.returns_normalizer.update(targets.returns[valids], reduce=reduce)
@@ -186,8 +191,9 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     popart_stats = {}
     if popart is not None:
         # after the step (van Hasselt et al. 2016): the tasks' statistics move towards this minibatch's
-        # targets, and the value head is rescaled so its unnormalised outputs stay what they were
-        popart.update(targets.returns, tasks, valids, model.value_head, reduce=reduce)
+        # targets, and the value head is rescaled so its unnormalised outputs stay what they were, but for the
+        # move of each task's mean, which they follow (sfx.algo.popart, "Following the mean")
+        popart.update(targets.returns, tasks, valids, model.value_head, reduce=reduce, skip=first_stats)
         popart_stats = popart_summary(popart, targets.returns, tasks, valids)
 
     names = {"exploration": f"loss/{cfg.exploration_loss}"}

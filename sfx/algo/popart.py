@@ -57,6 +57,29 @@ sample (``--popart_beta`` times ``T`` faster) was measured worse on Acrobot: whi
 the targets' spread collapses (``sigma ~ 0.2``) and the first successes blow up the normalised targets;
 learning then stalled on 1 of 2 runs of a single task and of the x1/x1000 pair.
 
+Following the mean (``popart_step(..., preserve_mean=False)``, sfx's learner; issue 29). Preserving the
+outputs precisely, a value head learns its task's mean by gradient steps only, in units of ``sigma``. With
+bootstrapped targets that is slow whenever the value starts far from the returns compared with the targets'
+spread: Acrobot's targets (reward -1 per step, 32-step rollouts) spread by ``sigma ~ 7`` around a value that
+starts at 0 while the return is -100, ~14 sigmas away; a step of Adam moves a normalised output by about its
+learning rate, and the targets bootstrap from the value (by ``gamma^k``, ~0.85 on average over a 32-step
+rollout), so each move of the value closes only ~15% of that move of the gap it sees. One Acrobot with exact
+POP kept its values at -15 to -20 for ~60k env steps (targets -27 to -32), its value loss at ~2 (0.3 without
+PopArt), and learned in 196k to over 300k env steps (seeds 1-5) where the returns normalizer learns in
+95k-151k. The returns normalizer (``--normalize_returns``, Sample Factory's), which never rescales the head, moves every
+value by the move of its running mean: the value's level follows the targets' running mean for free. So with
+``preserve_mean=False`` POP preserves the scale only: each row is multiplied by ``sigma / sigma'`` (weight and
+bias), ``sigma' n'(x) = sigma n(x)``: every value's deviation from its task's mean (what tells states apart,
+and what a change of ``sigma`` would otherwise blow up or shrink) is kept exactly, and every value of task
+``k`` moves by ``mu'_k - mu_k``, in that task's own units, so scale invariance across tasks is kept. ``mu``
+moves at the bias-corrected rate (about ``1 / t`` early, ``1 - (1 - beta)^u`` per step later), so the
+values move smoothly. ``preserve_mean=True`` is the papers' exact POP.
+
+A task's first batch: its first statistics can be set before that batch's loss (``popart_first_statistics``,
+sfx's learner), as the returns normalizer's are: otherwise the first value loss is on the reward scale (a
+squared error of ~1e5 at x1000 rewards, clipped to ``--max_grad_norm``), and its gradient fills Adam's
+moments for the next hundred steps.
+
 Initial statistics: ``mu = 0``, ``nu = 1`` (``sigma = 1``), ``w = 0``, so a fresh head's output is its
 value in the reward scale. ``PopArtStats.weight = None`` (a caller that keeps only ``mu`` and ``nu``):
 a task counts as fresh (``w = 0``) while its statistics are exactly ``mu = 0``, ``nu = 1`` and as warmed
@@ -68,7 +91,9 @@ float64. ``nu - mu^2`` loses about ``1e-16 * mu^2`` to cancellation (``1e-4`` fo
 ``1e6``), which is why ``sigma`` is clipped from below; only the derived ``sigma`` is clipped,
 ``mu`` and ``nu`` never are.
 
-In a learning step (van Hasselt et al.'s order: statistics, then rescale, then the gradient step):
+In a learning step (van Hasselt et al.'s order: statistics, then rescale, then the gradient step; sfx's
+learner sets a task's first statistics before the loss and calls ``popart_step`` after the optimizer step,
+below):
 
     features -> head -> n [*, K];  V = popart_unnormalize(select_task_values(n, tasks), tasks, mu, sigma)
     vs, A  = V-trace / GAE on V (reward scale)
@@ -93,9 +118,9 @@ from typing import Callable, NamedTuple
 import torch
 from torch import nn
 
-__all__ = ["POPART_SIGMA_MAX", "PopArtStats", "PopArtStep", "is_initial", "popart_advantages", "popart_normalize",
-           "popart_preserve_", "popart_rates", "popart_rescaled_head", "popart_step", "popart_unnormalize",
-           "popart_update", "select_task_values"]
+__all__ = ["POPART_SIGMA_MAX", "PopArtStats", "PopArtStep", "is_initial", "popart_advantages",
+           "popart_first_statistics", "popart_normalize", "popart_preserve_", "popart_rates", "popart_rescaled_head",
+           "popart_step", "popart_unnormalize", "popart_update", "select_task_values"]
 
 # default upper clip of sigma (Brain Agent's): fine for float32 values; sigma is cast to the values' dtype in
 # popart_(un)normalize, so float16 values need clip_max below 65504 (Brain Agent uses 1e4 for half precision)
@@ -291,6 +316,26 @@ def popart_update(stats: PopArtStats, targets: torch.Tensor, tasks: torch.Tensor
     return PopArtStats(mu=new_mu, nu=new_nu, weight=new_weight)
 
 
+def popart_first_statistics(stats: PopArtStats, targets: torch.Tensor, tasks: torch.Tensor | None, beta: float,
+                            valid: torch.Tensor | None = None,
+                            reduce: Reduce | None = None) -> tuple[PopArtStats, torch.Tensor]:
+    """The first statistics of the tasks that have none yet (``is_initial``) and valid targets in this batch:
+    exactly what ``popart_update`` gives them (their batch moments, data weight ``1 - (1 - beta)^units``), for
+    a learner that sets them *before* the batch's loss, so that a task's first value loss is on normalised
+    targets like every later one (module docstring, "A task's first batch"). The other tasks keep theirs.
+
+    Arguments as in ``popart_update`` (with ``reduce`` it is a collective: every rank calls this at the same
+    steps, e.g. whenever ``is_initial(stats).any()``, which is the same on every rank). Returns the
+    statistics and ``[K]`` bool, the tasks that got their first statistics here: a later ``popart_step`` on
+    the same batch must leave their samples out (``valid``), or the batch would count twice for them. Their
+    head rows need no rescale (``popart_step`` leaves a task's row alone at its first statistics too)."""
+    new = popart_update(stats, targets, tasks, beta, valid=valid, reduce=reduce)
+    first = is_initial(stats) & ~is_initial(new)
+    weight = None if stats.weight is None else torch.where(first, new.weight, stats.weight)
+    return PopArtStats(mu=torch.where(first, new.mu, stats.mu), nu=torch.where(first, new.nu, stats.nu),
+                       weight=weight), first
+
+
 def popart_normalize(values: torch.Tensor, tasks: torch.Tensor | None, mu: torch.Tensor,
                      sigma: torch.Tensor) -> torch.Tensor:
     """``(values - mu[task]) / sigma[task]`` per sample, in ``values``' dtype (reward scale -> head scale).
@@ -374,11 +419,15 @@ def popart_preserve_(head: nn.Linear, old_mu: torch.Tensor, old_sigma: torch.Ten
 
 def popart_step(stats: PopArtStats, head: nn.Linear, targets: torch.Tensor, tasks: torch.Tensor | None, beta: float,
                 clip_min: float, clip_max: float = POPART_SIGMA_MAX, valid: torch.Tensor | None = None,
-                reduce: Reduce | None = None) -> PopArtStep:
+                reduce: Reduce | None = None, preserve_mean: bool = True) -> PopArtStep:
     """ART then POP in one call: ``popart_update`` from this batch's targets, then ``popart_preserve_``
     on ``head`` from the old to the new clipped ``(mu, sigma)``, except the rows of the tasks that got
     their first statistics (left as they are: module docstring). Arguments as in those two; ``clip_min``
-    is ``--popart_clip_min``. Returns the new statistics, both scales and which rows were rescaled."""
+    is ``--popart_clip_min``. Returns the new statistics, both scales and which rows were rescaled.
+
+    ``preserve_mean=False``: POP for the scale only (module docstring, "Following the mean"): the rows are
+    rescaled by ``sigma / sigma'`` (weight and bias), so each value's deviation from its task's mean,
+    ``sigma * n(x)``, is preserved and every value of task ``k`` moves by ``mu'_k - mu_k``."""
     _check_clip(clip_min, clip_max)
     old_sigma = stats.sigma(clip_min, clip_max)
     new = popart_update(stats, targets, tasks, beta, valid=valid, reduce=reduce)
@@ -388,7 +437,10 @@ def popart_step(stats: PopArtStats, head: nn.Linear, targets: torch.Tensor, task
     rescaled = ~(is_initial(stats) & ~is_initial(new))
     if head.bias is None:
         raise ValueError("popart_step: the value head has no bias; PopArt needs one to absorb the shift mu")
-    new_w, new_b = popart_rescaled_head(head.weight, head.bias, stats.mu, old_sigma, new.mu, sigma)
+    # preserve_mean=False: the rescale as if the mean had not moved (W, b times sigma / sigma'), so the outputs
+    # follow the move of the mean
+    new_w, new_b = popart_rescaled_head(head.weight, head.bias, stats.mu if preserve_mean else new.mu, old_sigma,
+                                        new.mu, sigma)
     keep = rescaled.to(head.weight.device)
     if bool(keep.any()):  # nothing to rescale (only first statistics): the head is not touched at all
         with torch.no_grad():

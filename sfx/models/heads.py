@@ -110,9 +110,10 @@ class ValueHead(nn.Module):
 
     @classmethod
     def from_cfg(cls, cfg: Any, in_features: int, num_tasks: int = 1) -> "ValueHead":
-        """Reads ``popart``, ``popart_beta``, ``popart_clip_min`` and ``normalize_returns`` (PopArt replaces
-        the returns normalizer)."""
-        popart = PopArt(int(num_tasks), float(cfg.popart_beta), float(cfg.popart_clip_min)) if cfg.popart else None
+        """Reads ``popart``, ``popart_beta``, ``popart_clip_min``, ``popart_preserve_mean`` and
+        ``normalize_returns`` (PopArt replaces the returns normalizer)."""
+        popart = PopArt(int(num_tasks), float(cfg.popart_beta), float(cfg.popart_clip_min),
+                        preserve_mean=bool(getattr(cfg, "popart_preserve_mean", False))) if cfg.popart else None
         returns = RunningMeanStd((), clip=None) if cfg.normalize_returns and popart is None else None
         return cls(in_features, popart, returns)
 

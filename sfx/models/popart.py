@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from sfx.algo.popart import PopArtStats, popart_normalize, popart_step, popart_unnormalize
+from sfx.algo.popart import (PopArtStats, is_initial, popart_first_statistics, popart_normalize, popart_step,
+                             popart_unnormalize)
 
 
 class PopArt(nn.Module):
@@ -24,13 +25,16 @@ class PopArt(nn.Module):
 
     ``normalize`` / ``denormalize`` map values between the reward scale and the head's per-task scale;
     ``update`` moves the statistics towards a minibatch's targets and rescales the value head so its
-    reward-scale outputs do not change (call it after the optimizer step)."""
+    reward-scale outputs do not change (call it after the optimizer step), except for the move of each task's
+    mean with ``preserve_mean=False`` (the default: :mod:`sfx.algo.popart`, "Following the mean");
+    ``first_statistics`` gives the tasks without statistics their first ones before a minibatch's loss."""
 
-    def __init__(self, num_tasks: int, beta: float, clip_min: float) -> None:
+    def __init__(self, num_tasks: int, beta: float, clip_min: float, preserve_mean: bool = False) -> None:
         super().__init__()
         initial = PopArtStats.initial(num_tasks)
         self.beta = float(beta)
         self.clip_min = float(clip_min)
+        self.preserve_mean = bool(preserve_mean)
         self.register_buffer("mu", initial.mu)
         self.register_buffer("nu", initial.nu)
         self.register_buffer("sigma_", initial.sigma(self.clip_min))
@@ -63,14 +67,45 @@ class PopArt(nn.Module):
     def denormalize(self, values: torch.Tensor, tasks: torch.Tensor | None) -> torch.Tensor:
         return popart_unnormalize(values, tasks, self.mu, self.sigma_)
 
+    def _set(self, stats: PopArtStats) -> None:
+        self.mu.copy_(stats.mu)
+        self.nu.copy_(stats.nu)
+        self.weight.copy_(stats.weight)
+        self.sigma_.copy_(stats.sigma(self.clip_min))
+
+    @torch.no_grad()
+    def first_statistics(self, targets: torch.Tensor, tasks: torch.Tensor | None, valid: torch.Tensor | None,
+                         reduce: Any = None) -> torch.Tensor | None:
+        """Before a minibatch's loss: the tasks without statistics yet that have valid targets in it get their
+        first ones (:func:`sfx.algo.popart.popart_first_statistics`), so their first value loss is on
+        normalised targets. Returns ``[K]`` bool, the tasks set here (pass it to ``update`` as ``skip``), or
+        None when every task had statistics already (then nothing is computed, and with ``reduce`` nothing is
+        collective: the data weights, the same on every rank, decide that alike on all ranks)."""
+        stats = PopArtStats(self.mu, self.nu, self.weight)
+        if not bool(is_initial(stats).any()):
+            return None
+        new, first = popart_first_statistics(stats, targets, tasks, self.beta, valid=valid, reduce=reduce)
+        self._set(new)
+        return first
+
     @torch.no_grad()
     def update(self, targets: torch.Tensor, tasks: torch.Tensor | None, valid: torch.Tensor | None,
-               head: nn.Linear, reduce: Any = None) -> None:
+               head: nn.Linear, reduce: Any = None, skip: torch.Tensor | None = None) -> None:
         """ART then POP (:func:`sfx.algo.popart.popart_step`): every task's statistics move towards its valid
         targets in this minibatch (over all ranks with ``reduce``, a collective every rank calls), and
-        ``head`` (``nn.Linear(H, K)``) is rescaled in place to preserve its outputs."""
+        ``head`` (``nn.Linear(H, K)``) is rescaled in place to preserve its outputs (with ``preserve_mean``
+        False: their deviations from each task's mean). ``skip``: ``[K]`` bool, tasks whose samples do not
+        count (``first_statistics`` already took this minibatch's)."""
+        if skip is not None and bool(skip.any()):
+            ids = torch.zeros(targets.shape[:1], dtype=torch.long, device=targets.device) if tasks is None else tasks
+            keep = ~skip.to(targets.device)[ids.to(device=targets.device, dtype=torch.long)]
+            keep = keep.reshape(*keep.shape, *([1] * (targets.dim() - keep.dim()))).expand(targets.shape)
+            if valid is not None:
+                valid = valid.to(device=targets.device, dtype=torch.bool)
+                keep = keep & valid.reshape(*valid.shape, *([1] * (targets.dim() - valid.dim()))).expand(targets.shape)
+            valid = keep
         step = popart_step(PopArtStats(self.mu, self.nu, self.weight), head, targets, tasks, self.beta, self.clip_min,
-                           valid=valid, reduce=reduce)
+                           valid=valid, reduce=reduce, preserve_mean=self.preserve_mean)
         self.mu.copy_(step.stats.mu)
         self.nu.copy_(step.stats.nu)
         self.weight.copy_(step.stats.weight)
