@@ -26,6 +26,11 @@ mapped to ``[-1, 1]`` when drawn; only acting scales onto the env's bounds. So a
 ``[-3, 3]`` learns as one whose bounds are ``[-1, 1]``: the default target entropy ``-dim(A)`` does not
 depend on the env's units (in env units it would ask ``log 3`` nats less per dimension there).
 
+Ranks (torch.distributed): each rank keeps its own replay of its own actors' transitions; every gradient step
+averages the ranks' gradients (one minibatch of ``--batch_size`` per rank), and the ranks agree on the number of
+steps per iteration (the mean of what each one's replay ratio asks), so ``--replay_ratio`` counts gradient
+steps per env step of one rank and trained transitions per env step stay ``replay_ratio x batch_size``.
+
 The math is :mod:`sfx.algo.sac`'s; names and defaults follow the SAC paper and Stable-Baselines3 (README).
 """
 
@@ -178,8 +183,6 @@ class SAC(Agent):
     name = "SAC"
     flag_group = "SAC (--algo=SAC)"
     batch_of_trajectories = False  # --batch_size transitions drawn one by one
-    ranks_refused = ("each rank would sample its own replay; not verified yet (run one rank, or several "
-                     "independent seeds with sfx.runner)")
 
     @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
@@ -233,8 +236,8 @@ class SAC(Agent):
         self.critic_optimizer = fused_adam(model.critic.parameters(), lr=cfg.critic_learning_rate, betas=betas)
         self.log_alpha = torch.tensor(math.log(cfg.initial_alpha), device=device, requires_grad=True)
         self.alpha_optimizer = fused_adam([self.log_alpha], lr=cfg.alpha_learning_rate, betas=betas)
-        # the critics' own weights (not a shared encoder's: the actor reads its features detached anyway)
-        self.critic_heads = [p for p in model.critic.parameters() if p.requires_grad]
+        self.critic_params = [p for p in model.critic.parameters() if p.requires_grad]
+        self.actor_params = [p for p in model.actor.parameters() if p.requires_grad]
         self.target_critic = copy.deepcopy(model.critic)
         for p in self.target_critic.parameters():
             p.requires_grad_(False)
@@ -264,9 +267,36 @@ class SAC(Agent):
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
         # the learner's current version, as the fresh samples' ages say (for the replayed ones' ages)
         version = int(batch.data["policy_versions"][0, 0]) + int(batch.age[0, 0])
-        for _ in range(self.store.due()):
+        for _ in range(self.gradient_steps_due()):
             mb = self.store.sample(self.cfg.batch_size, version)
             yield mb, torch.ones(self.cfg.batch_size, dtype=torch.bool, device=self.device)
+
+    def gradient_steps_due(self) -> int:
+        """The iteration's gradient steps: the replay ratio's (:meth:`TransitionReplay.due`); with ranks, the
+        ranks' mean, so that every rank takes part in each step's all-reduce (none until every rank's replay
+        holds something); each rank's credit keeps its difference from it."""
+        k = self.store.due()
+        if self.group is None:
+            return k
+        empty = self.group.any(self.store.valid_count == 0)
+        total = int(self.group.sum(torch.tensor([float(k)]))[0])
+        agreed = 0 if empty else total // self.group.world_size
+        self.store.refund(k - agreed)
+        return agreed
+
+    def _backward(self, loss: torch.Tensor, params: list[torch.Tensor], what: str) -> None:
+        """``loss.backward()`` for ``params`` (their gradients zeroed first); with ranks, the ranks' mean
+        gradient: every rank's minibatch counts alike. A non-finite loss on any rank skips the step on all."""
+        bad = not bool(torch.isfinite(loss))
+        if self.group.any(bad) if self.group is not None else bad:
+            raise NonFiniteBatch(what)
+        for p in params:
+            p.grad = None
+        if self.group is None:
+            loss.backward()
+        else:
+            (loss / self.group.world_size).backward()
+            self.group.sum_gradients(params)
 
     def _dist(self, mean: torch.Tensor, log_std: torch.Tensor) -> SquashedGaussian:
         # the learner's actions are the squashed ones in [-1, 1] (module docstring: units)
@@ -294,35 +324,28 @@ class SAC(Agent):
         features = model.critic.features(pre.x)
         q1, q2 = model.q_values(pre, self.unit_actions(mb["actions"]), features)
         closs = critic_loss(q1, q2, y)
-        if not bool(torch.isfinite(closs.loss)):
-            raise NonFiniteBatch("critic loss")
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        closs.loss.backward()
+        self._backward(closs.loss, self.critic_params, "critic loss")
         self.critic_optimizer.step()
 
         # the actor: through the critics' inputs only (their weights are frozen for this pass, so its backward
         # computes no weight gradients for them: ~10% of a step's matrix products), features detached
         features = features.detach()
         sample = self._dist(*model.policy(pre, features)).rsample(self.generator)
-        for p in self.critic_heads:
+        for p in self.critic_params:
             p.requires_grad_(False)
         try:
             q1_pi, q2_pi = model.q_values(pre, sample.action, features)
         finally:
-            for p in self.critic_heads:
+            for p in self.critic_params:
                 p.requires_grad_(True)
         aloss = actor_loss(sample.log_prob, q1_pi, q2_pi, alpha)
-        if not bool(torch.isfinite(aloss)):
-            raise NonFiniteBatch("actor loss")
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        aloss.backward()
+        self._backward(aloss, self.actor_params, "actor loss")
         self.actor_optimizer.step()
 
         stats: dict[str, float] = {}
         if cfg.sac_alpha is None:
             tloss = temperature_loss(self.log_alpha, sample.log_prob, self.target_entropy)
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            tloss.backward()
+            self._backward(tloss, [self.log_alpha], "temperature loss")
             self.alpha_optimizer.step()
             stats["loss/alpha"] = tloss.item()
         polyak_update_(self.target_critic, model.critic, cfg.tau)

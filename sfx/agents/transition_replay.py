@@ -150,6 +150,12 @@ class TransitionReplay:
         self.gradient_steps += k
         return k
 
+    def refund(self, k: int) -> None:
+        """Give ``k`` gradient steps of :meth:`due` back to the credit (negative: owe them): ranks agree on one
+        count per iteration, and each rank's credit carries its difference from it."""
+        self.credit += k
+        self.gradient_steps -= k
+
     def stats(self) -> dict[str, float]:
         ratio = self.gradient_steps / self.counted_steps if self.counted_steps else 0.0
         return {"replay/fill": self.size / max(1, self.rows) if self.rows else 0.0,

@@ -309,3 +309,28 @@ def test_the_exported_graph_gives_the_squashed_mean_action(tmp_path):
     with torch.no_grad():
         ref = rule.act(model.forward_step(obs, h), deterministic=True).actions
     assert torch.allclose(torch.from_numpy(got["actions"]), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("nan_at", [None, (1, 2)])
+def test_two_ranks_agree_on_the_steps_average_their_gradients_and_keep_equal_weights(tmp_path, nan_at):
+    """Each rank keeps its own replay; rank 0 inserts 32 transitions (16 steps due at a ratio of .5), rank 1
+    16 (8 due): both take the mean, 12, and carry the difference in their credit. Every step averages the
+    ranks' gradients, so the weights, target critics and temperature stay equal, and differ from rank 0
+    learning alone on its own data; a non-finite minibatch on one rank skips that step on both."""
+    import torch.multiprocessing as mp
+
+    from tests.agents.sac_ranks import rank_data, rank_main, sac_setup, train_once
+
+    mp.spawn(rank_main, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), [4, 2], nan_at), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert r0["steps"] == r1["steps"] == 12
+    assert (r0["credit"], r1["credit"]) == (4.0, -4.0)
+    assert r0["skipped"] == r1["skipped"] == ([] if nan_at is None else [2])
+    for key in ("model", "target"):
+        for name, value in r0[key].items():
+            assert torch.equal(value, r1[key][name]), (key, name)
+    assert torch.equal(r0["log_alpha"], r1["log_alpha"])
+    _, alone, store = sac_setup(str(tmp_path), 0)
+    store.credit = -4.0  # 12 steps, as the ranks took
+    assert train_once(alone, store, rank_data(0, 4))[0] == 12
+    assert not torch.equal(alone.model.state_dict()["actor.out.weight"], r0["model"]["actor.out.weight"])

@@ -59,6 +59,30 @@ def test_two_ranks_learn_cartpole_with_one_checkpoint_and_equal_weights(tmp_path
     assert not (exp / "rank_1" / "checkpoint_p0").exists()  # rank 0 alone writes checkpoints
 
 
+@pytest.mark.slow
+def test_sac_on_two_ranks_agrees_to_stop_with_equal_weights_and_one_checkpoint(tmp_path):
+    """SAC's ranks: each its own replay, every gradient step the ranks' mean (tests/agents/test_sac_agent.py
+    checks the steps and gradients); here the whole stack: both learners stop together with equal weights and
+    rank 0's checkpoint holds what SAC learns beside the model."""
+    import torch
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "sfx.train",
+           "--env=gym_Pendulum-v1", "--algo=SAC", "--experiment=sac", f"--train_dir={tmp_path}", "--num_workers=1",
+           "--num_envs_per_worker=1", "--worker_num_splits=1", "--hidden_size=64", "--batch_size=64", "--device=cpu",
+           "--seed=0", "--train_for_env_steps=2000", "--distributed_timeout_sec=60"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=200)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    exp = tmp_path / "sac"
+    for log in (exp / "sf_log.txt", exp / "rank_1" / "sf_log.txt"):
+        assert re.search(r"every rank's learner agreed to stop at [\d,]+ env steps \(all ranks\) with equal weights",
+                         log.read_text()), log.read_text()[-2000:]
+    ckpts = sorted((exp / "checkpoint_p0").glob("checkpoint_*.pth"))
+    ckpt = torch.load(ckpts[-1], weights_only=False)
+    assert {"target_critic", "log_alpha", "critic_optimizer"} <= set(ckpt) and ckpt["train_step"] > 0
+    assert not (exp / "rank_1" / "checkpoint_p0").exists()
+
+
 def _ranks_cmd(tmp_path, steps):
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "sfx.train",
             "--env=gym_CartPole-v1", "--experiment=killed", f"--train_dir={tmp_path}", "--num_workers=1",
