@@ -212,8 +212,10 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
 
     cfg.explicit_args = sorted(explicit)
     cfg.command_line = " ".join(shlex.quote(a) for a in argv)
-    validate_cfg(cfg, evaluation=evaluation, check_paths=not evaluation or cfg.save_video)
-    _agent(cfg.algo).validate(cfg)
+    agent = _agent(cfg.algo)
+    validate_cfg(cfg, evaluation=evaluation, check_paths=not evaluation or cfg.save_video,
+                 batch_of_trajectories=agent.batch_of_trajectories)
+    agent.validate(cfg)
     _validate_family(cfg)
     return cfg
 
@@ -257,7 +259,8 @@ def default_cfg(env: str = "gym_CartPole-v1", evaluation: bool = False, **overri
         setattr(cfg, key, str(value) if key == "train_dir" else value)
     cfg.explicit_args = sorted({"env", *overrides})
     cfg.command_line = ""
-    validate_cfg(cfg, evaluation=evaluation, check_paths=False)
-    _agent(cfg.algo).validate(cfg)
+    agent = _agent(cfg.algo)
+    validate_cfg(cfg, evaluation=evaluation, check_paths=False, batch_of_trajectories=agent.batch_of_trajectories)
+    agent.validate(cfg)
     _validate_family(cfg)
     return cfg

@@ -28,10 +28,13 @@ POSITIVE_FLOATS = (
 EVAL_POSITIVE_INTS = ("max_num_episodes", "max_num_frames")
 
 
-def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -> None:
+def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
+                 batch_of_trajectories: bool = True) -> None:
     """Raise :class:`ConfigError` on the first invalid value of ``cfg``.
 
     ``check_paths`` also makes sure ``--train_dir`` exists (it is created) and is writable.
+    ``batch_of_trajectories``: ``--algo``'s batches are whole trajectories (``Agent.batch_of_trajectories``, the
+    parser's to say: the agents' room sits above cfg), so ``--batch_size`` must be a multiple of ``--rollout``.
     One value is fitted instead of rejected: a --worker_num_splits not given on the command line
     that exceeds --num_envs_per_worker becomes --num_envs_per_worker (logged).
     """
@@ -102,7 +105,7 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True) -
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
                           f"--worker_num_splits={cfg.worker_num_splits}")
-    if cfg.batch_size % cfg.rollout != 0 and _agent_batches_trajectories(cfg):
+    if cfg.batch_size % cfg.rollout != 0 and batch_of_trajectories:
         raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of --rollout={cfg.rollout}")
     if cfg.use_rnn and cfg.rollout % cfg.recurrence != 0:
         raise ConfigError(f"--rollout={cfg.rollout} must be a multiple of --recurrence={cfg.recurrence} "
@@ -182,13 +185,3 @@ def check_writable_dir(path: str | os.PathLike, flag: str) -> None:
         reason = e.strerror or type(e).__name__
         raise ConfigError(f"{flag}={path} is not a writable folder: {reason}") from None
 
-
-def _agent_batches_trajectories(cfg: Any) -> bool:
-    """Whether ``--algo``'s ``--batch_size`` counts whole trajectories' steps (an unknown --algo: yes; its
-    own error comes from the parser)."""
-    from sfx.agents.registry import find_agent  # the agents' room sits above cfg: looked up, never imported at load
-
-    try:
-        return bool(find_agent(getattr(cfg, "algo", "APPO")).batch_of_trajectories)
-    except ConfigError:  # an unknown --algo: the parser names it
-        return True
