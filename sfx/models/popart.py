@@ -106,7 +106,4 @@ class PopArt(nn.Module):
             valid = keep
         step = popart_step(PopArtStats(self.mu, self.nu, self.weight), head, targets, tasks, self.beta, self.clip_min,
                            valid=valid, reduce=reduce, preserve_mean=self.preserve_mean)
-        self.mu.copy_(step.stats.mu)
-        self.nu.copy_(step.stats.nu)
-        self.weight.copy_(step.stats.weight)
-        self.sigma_.copy_(step.sigma)
+        self._set(step.stats)
