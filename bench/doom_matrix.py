@@ -27,6 +27,15 @@ CONFIGS: dict[str, str] = {
     "adv_minibatch": "--advantage_normalization=minibatch",
     "actions4": "--doom_action_space=single",
     "excess1": "--traj_buffers_excess_ratio=1.0",
+    # Sample Factory 2's doom_basic as a whole: its targets, value weight, advantage scaling and 4 actions
+    "sf_all": ("--with_vtrace=False --gae_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
+               "--doom_action_space=single"),
+    "actions4_minibatch": "--doom_action_space=single --advantage_normalization=minibatch",
+    # one process, round-robin: the learner trains on the batch its previous weights collected (policy lag ~1,
+    # Sample Factory's 1.1 here, against 3 in the asynchronous layout, whose learner sets the pace)
+    "serial": "--serial_mode=True",
+    "sf_all_serial": ("--with_vtrace=False --gae_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
+                      "--doom_action_space=single --serial_mode=True"),
 }
 
 

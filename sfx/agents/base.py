@@ -150,6 +150,10 @@ class Agent:
     # True: --batch_size counts the steps of whole trajectories (a multiple of --rollout); False: transitions
     # drawn one by one (SAC's minibatch of 256), any size
     batch_of_trajectories: ClassVar[bool] = True
+    # True: the learner sets the pace (sampling waits on a replay ratio, the workers idle most of the time), so
+    # on the CPU it gets every core by default (``--learner_main_loop_num_cores=0``); False: the cores the
+    # rollout workers leave free (sfx.engine.wiring.learner_threads)
+    learner_sets_the_pace: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- declarations
 

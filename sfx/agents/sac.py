@@ -183,6 +183,7 @@ class SAC(Agent):
     name = "SAC"
     flag_group = "SAC (--algo=SAC)"
     batch_of_trajectories = False  # --batch_size transitions drawn one by one
+    learner_sets_the_pace = True  # sampling waits on --replay_ratio: the learner gets every core (CPU)
 
     @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:

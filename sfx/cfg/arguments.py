@@ -29,7 +29,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None,
                    help="seed for envs and torch; None = a different run every time")
     add_bool_arg(g, "serial_mode", False,
-                 "run every component in one process (debugging, bit-for-bit determinism)")
+                 "run every component in one process, round-robin (debugging, bit-for-bit determinism; also the "
+                 "fastest layout when sampling is a small share of the work, e.g. SAC on one env: nothing "
+                 "preempts the learner's threads)")
 
     g = parser.add_argument_group("sampling")
     g.add_argument("--num_workers", type=int, default=os.cpu_count() or 1,
@@ -47,8 +49,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="trajectory buffer slots allocated per slot strictly needed (room for the learner to lag)")
     add_bool_arg(g, "set_workers_cpu_affinity", True, "pin each rollout worker to one CPU core")
     g.add_argument("--learner_main_loop_num_cores", type=int, default=0,
-                   help="torch threads of each learner process; 0 = auto: for an image model on the CPU the "
-                        "cores --num_workers leaves free (at least 1), else 1")
+                   help="torch threads of each learner process; 0 = auto: on the CPU every core for an agent whose "
+                        "learner sets the pace (SAC: sampling waits on --replay_ratio), the cores --num_workers "
+                        "leaves free (at least 1) for an image model, else 1")
     g.add_argument("--heartbeat_timeout_sec", type=float, default=120.0,
                    help="a rollout or policy worker silent this long (hung env, deadlock) gets its stacks dumped into "
                         "sf_log.txt and is restarted")

@@ -284,7 +284,9 @@ class SerialRuntime:
         self.parts: list[tuple[ComponentSpec, Any]] = []
 
     def start(self) -> None:
-        torch.set_num_threads(1)
+        # one process runs them all: the most threads any component asks (a learner's; the others' small ops
+        # stay on one thread below OpenMP's grain size)
+        torch.set_num_threads(max((s.threads for s in self.w.components), default=1))
         for spec in self.w.components:
             self.parts.append((spec, spec.build(self.w, spec, self.device, 0)))
         for _, comp in self.parts:  # learners come first in the wiring and publish weights

@@ -11,7 +11,8 @@ random policy's length is a clear signal reached early.
 
 Measured when written (2 cores, loaded by other jobs, one env, ~60 gradient steps a second): seed 0 reached
 50 at ~5.5K env steps (~90 s); Stable-Baselines3's SAC on the same settings 5.3K (bench/sac.py). An earlier
-layout (4 envs, 16-step trajectories) went on to 75 at 9.5K and 147 at 22.8K (414 s)."""
+layout (4 envs, 16-step trajectories) went on to 75 at 9.5K and 147 at 22.8K (414 s). Since the command line
+runs serial with two learner threads, seed 0 takes ~5.5K env steps in ~70 s on a quiet machine."""
 
 import pytest
 
