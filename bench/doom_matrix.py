@@ -34,6 +34,12 @@ CONFIGS: dict[str, str] = {
     # one process, round-robin: the learner trains on the batch its previous weights collected (policy lag ~1,
     # Sample Factory's 1.1 here, against 3 in the asynchronous layout, whose learner sets the pace)
     "serial": "--serial_mode=True",
+    "sf_all_excess1": ("--with_vtrace=False --gae_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
+                       "--doom_action_space=single --traj_buffers_excess_ratio=1.0"),
+    # V-trace with IMPALA's lambda (c_i = lambda min(c_bar, rho_i)) at Sample Factory's GAE lambda
+    "vtrace095": "--vtrace_lambda=0.95",
+    "sf_all_vtrace095": ("--vtrace_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
+                         "--doom_action_space=single"),
     "sf_all_serial": ("--with_vtrace=False --gae_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
                       "--doom_action_space=single --serial_mode=True"),
 }

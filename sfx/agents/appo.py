@@ -222,6 +222,10 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
     add_bool_arg(g, "with_vtrace", True, "V-trace off-policy correction (IMPALA); False = GAE")
     g.add_argument("--vtrace_rho", type=float, default=1.0, help="V-trace rho-bar: clip of the importance weights")
     g.add_argument("--vtrace_c", type=float, default=1.0, help="V-trace c-bar: clip of the trace-cutting weights")
+    g.add_argument("--vtrace_lambda", type=float, default=1.0,
+                   help="V-trace lambda, in [0, 1]: multiplies every trace-cutting weight, c_i = lambda min(c-bar, "
+                        "rho_i) (IMPALA's remark 2; trfl's and SEED RL's lambda_), trading the targets' variance for "
+                        "bias as GAE's lambda does; 1 = plain V-trace")
     g.add_argument("--ppo_clip_ratio", type=float, default=0.1, help="PPO ratio clip: ratio kept in [1-x, 1+x]")
     g.add_argument("--ppo_clip_value", type=float, default=1.0,
                    help="PPO value clip around the old value; <= 0 disables value clipping")
@@ -262,8 +266,9 @@ def validate_appo_cfg(cfg: Any) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ConfigError(f"--{name}={value} must be > 0")
-    if not 0.0 <= cfg.gae_lambda <= 1.0:
-        raise ConfigError(f"--gae_lambda={cfg.gae_lambda} must be in [0, 1]")
+    for name in ("gae_lambda", "vtrace_lambda"):
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ConfigError(f"--{name}={getattr(cfg, name)} must be in [0, 1]")
     for name in ("exploration_loss_coeff", "value_loss_coeff", "kl_loss_coeff", "clear_policy_coeff",
                  "clear_value_coeff"):
         value = getattr(cfg, name)

@@ -10,7 +10,7 @@ of ``T`` steps (batch-major ``[B, T]``, as the learner stores them):
     r_t        = clip(reward_scale * reward_t, -reward_clip, reward_clip)
                  + g_t * truncated_t * V(final obs of t)        (a time limit is not the task's end)
     discount_t = g_t * (1 - done_t)                              (done = terminated or truncated)
-    returns, A = vtrace(log pi - log mu, discount, r, V, V(x_T), active)
+    returns, A = vtrace(log pi - log mu, discount, r, V, V(x_T), lambda, active)
                  or  gae(r, V, V(x_T), discount, lambda, active)   (inactive steps transparent)
     A          = (A - mean_valid(A)) / (std_valid(A) + 1e-8)
 
@@ -66,6 +66,7 @@ class APPOParams:
     value_loss_coeff: float
     exploration_loss_coeff: float
     kl_loss_coeff: float
+    vtrace_lambda: float = 1.0
 
     def __post_init__(self) -> None:
         if self.exploration_loss not in EXPLORATION_LOSSES:
@@ -173,7 +174,7 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
         bootstrap_values: ``[B]`` ``V(x_T)`` after the last step.
         log_rhos: ``[B, T]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)``; needed with V-trace, unused by GAE.
         valids: ``[B, T]`` bool, the samples that count (advantage statistics are over these).
-        params: ``gamma, reward_scale, reward_clip, with_vtrace, vtrace_rho, vtrace_c, gae_lambda``.
+        params: ``gamma, reward_scale, reward_clip, with_vtrace, vtrace_rho, vtrace_c, vtrace_lambda, gae_lambda``.
         reduce: with data-parallel ranks, a sum over ranks (advantages are normalized over all of them).
         advantage_scale: ``[B, T]`` or ``[B]`` factors applied to the advantages before they are normalized
             (PopArt: ``1 / sigma`` of each sample's task, so every task's policy gradient has the same scale).
@@ -206,7 +207,7 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
             if log_rhos is None:
                 raise ValueError("appo_targets: log_rhos is None; V-trace (with_vtrace=True) needs the log ratios")
             out = vtrace(tm(log_rhos), tm(discounts), tm(r), tm(values), bootstrap_values,
-                         clip_rho_threshold=p.vtrace_rho, clip_pg_rho_threshold=p.vtrace_rho, lambda_=1.0,
+                         clip_rho_threshold=p.vtrace_rho, clip_pg_rho_threshold=p.vtrace_rho, lambda_=p.vtrace_lambda,
                          clip_c_threshold=p.vtrace_c, active=active_tm)
         else:
             out = gae(tm(r), tm(values), bootstrap_values, tm(discounts), p.gae_lambda, active=active_tm)

@@ -184,4 +184,3 @@ def check_writable_dir(path: str | os.PathLike, flag: str) -> None:
     except OSError as e:
         reason = e.strerror or type(e).__name__
         raise ConfigError(f"{flag}={path} is not a writable folder: {reason}") from None
-

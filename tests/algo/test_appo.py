@@ -70,7 +70,7 @@ def targets_from_papers(d, p):
                 for t in range(s, T):
                     weight = 1.0
                     for i in range(s, t):
-                        weight *= disc[b][i] * min(p.vtrace_c, rho[i])
+                        weight *= disc[b][i] * p.vtrace_lambda * min(p.vtrace_c, rho[i])  # c_i (remark 2)
                     total += weight * min(p.vtrace_rho, rho[t]) * (r[b][t] + disc[b][t] * v_next[t] - values[b][t])
                 returns[b][s] = values[b][s] + total
             for t in range(T):
@@ -153,7 +153,8 @@ def _loss_terms(d, targets, p):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("changes", [{}, {"with_vtrace": False}, {"vtrace_rho": 1.5, "vtrace_c": 1.0},
-                                     {"with_vtrace": False, "gae_lambda": 1.0, "gamma": 0.99}])
+                                     {"with_vtrace": False, "gae_lambda": 1.0, "gamma": 0.99},
+                                     {"vtrace_lambda": 0.6}, {"vtrace_lambda": 0.0, "vtrace_c": 1.0}])
 def test_targets_match_the_papers(seed, changes):
     p = dataclasses.replace(PARAMS, **changes)
     d = _batch(seed)
@@ -182,7 +183,7 @@ def test_a_wrong_reference_fails():
     """The comparisons above can fail: a reference with one thing changed no longer matches."""
     d = _batch(0)
     out = _targets(d, PARAMS)
-    for wrong in ({"gamma": 0.8}, {"reward_clip": 10.0}, {"vtrace_c": 1.0}):
+    for wrong in ({"gamma": 0.8}, {"reward_clip": 10.0}, {"vtrace_c": 1.0}, {"vtrace_lambda": 0.9}):
         ref_returns, ref_adv = targets_from_papers(d, dataclasses.replace(PARAMS, **wrong))
         with pytest.raises(AssertionError):
             np.testing.assert_allclose(out.returns.numpy(), ref_returns, rtol=1e-10, atol=1e-12)
@@ -228,7 +229,7 @@ def test_bad_params_are_reported():
 def test_params_from_cfg_reads_the_cfg_fields():
     from sfx.cfg import default_cfg
 
-    cfg = default_cfg(gamma=0.95, exploration_loss="symmetric_kl", kl_loss_coeff=0.2)
+    cfg = default_cfg(gamma=0.95, exploration_loss="symmetric_kl", kl_loss_coeff=0.2, vtrace_lambda=0.9)
     p = APPOParams.from_cfg(cfg)
-    assert (p.gamma, p.exploration_loss, p.coefficients["kl"]) == (0.95, "symmetric_kl", 0.2)
+    assert (p.gamma, p.exploration_loss, p.coefficients["kl"], p.vtrace_lambda) == (0.95, "symmetric_kl", 0.2, 0.9)
     assert p.coefficients["value"] == cfg.value_loss_coeff

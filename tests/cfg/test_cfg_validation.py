@@ -44,14 +44,16 @@ def test_gamma_one_is_fine():
     assert default_cfg(gamma=1.0).gamma == 1.0
 
 
+@pytest.mark.parametrize("name", ["gae_lambda", "vtrace_lambda"])
 @pytest.mark.parametrize("lam", [-0.1, 1.5])
-def test_gae_lambda_range(lam):
-    assert one_line_error(gae_lambda=lam) == f"--gae_lambda={lam} must be in [0, 1]"
+def test_lambda_range(name, lam):
+    assert one_line_error(**{name: lam}) == f"--{name}={lam} must be in [0, 1]"
 
 
+@pytest.mark.parametrize("name", ["gae_lambda", "vtrace_lambda"])
 @pytest.mark.parametrize("lam", [0.0, 1.0])
-def test_gae_lambda_bounds_are_allowed(lam):
-    assert default_cfg(gae_lambda=lam).gae_lambda == lam
+def test_lambda_bounds_are_allowed(name, lam):
+    assert getattr(default_cfg(**{name: lam}), name) == lam
 
 
 def test_envs_per_worker_multiple_of_splits():
