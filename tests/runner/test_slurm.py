@@ -824,6 +824,15 @@ INTERRUPTED_RE = re.compile(r"training interrupted after \S+: ([\d,]+) env steps
 RESUMED_RE = re.compile(r"policy 0 resumed at train step \d+, (\d+) env steps")
 
 
+def resumes_after_stops(log):
+    """(env steps the attempt before stopped at, env steps the next resumed at), for each resume."""
+    pairs = []
+    for resumed in RESUMED_RE.finditer(log):
+        stops = INTERRUPTED_RE.findall(log[:resumed.start()])
+        pairs.append((int(stops[-1].replace(",", "")) if stops else -1, int(resumed.group(1))))
+    return pairs
+
+
 @pytest.mark.slow
 def test_sweep_to_completion_with_a_failure_and_relaunch(slurm_cluster, tmp_path):
     run_file = write_run(tmp_path, f"""
@@ -925,11 +934,13 @@ def test_time_limit_requeues_relaunch_skips_running_and_scancel_script(slurm_clu
     scancel = runner_dir / "scancel.sh"
     try:
         assert "1 min per job" in proc.stdout and str(scancel) in proc.stdout
-        log = wait_for(lambda: RESUMED_RE.search(read_log(spec)) and read_log(spec), 200,
-                       "the job to be requeued and to resume", interval=1, spec=spec)
-        resumed = RESUMED_RE.search(log)
-        stops = INTERRUPTED_RE.findall(log[:resumed.start()])
-        assert stops and int(stops[-1].replace(",", "")) == int(resumed.group(1)) > 0  # from the checkpoint
+        # an attempt the warning stops while its trainer starts saves 0 env steps and the next one
+        # resumes at 0: wait for a resume after some progress; every resume starts where the
+        # attempt before it stopped
+        log = wait_for(lambda: any(r > 0 for _, r in resumes_after_stops(read_log(spec))) and read_log(spec),
+                       320, "the job to be requeued and to resume after some progress", interval=1, spec=spec)
+        pairs = resumes_after_stops(log)
+        assert all(stopped == resumed for stopped, resumed in pairs), pairs  # each from the checkpoint
         assert "warning signal, trainer stopped (exit code 130); the job is requeued" in log
         submitit_log = "".join(p.read_text() for p in (runner_dir / "slurm").glob("*/*_log.out"))
         assert "this job is timed-out" in submitit_log  # Slurm's own time-limit warning, not a test signal
