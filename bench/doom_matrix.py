@@ -4,8 +4,8 @@
     python -m bench.doom_matrix --out=DIR [--seeds=1,2,3] [--configs=baseline,gae095] [--frames=800000]
     python -m bench.doom_matrix --out=DIR --report     # only the table of what DIR already holds
 
-Configs (one change each from sfx's defaults): ``CONFIGS``; README, "Learning parity", has the table of
-issue 29. Per config: final average (the last logged 100-episode average), the slope of that average from 400k to
+Configs (changes to ``GENERIC``, the doom family's defaults before 2026-11-27; ``baseline``: today's):
+``CONFIGS``; README, "Learning parity", has the table of issue 29. Per config: final average (the last logged 100-episode average), the slope of that average from 400k to
 800k frames (reward per 100k frames, a least-squares line through the points in that range), frames to 40.
 Runs one training at a time (``nice -n 10``); a run already in DIR (its JSON exists) is not repeated.
 """
@@ -19,8 +19,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The doom family's defaults changed on 2026-11-27 to Sample Factory's APPO (GAE 0.95, value weight, advantages
+# per minibatch, basic's 4 actions, one batch ahead): "generic" is the former defaults, the base of every config
+# but "baseline" (today's defaults); each config changes that base (README figures before that day: the same)
+GENERIC = ("--with_vtrace=True --value_loss_coeff=0.5 --advantage_normalization=auto --doom_action_space=discrete "
+           "--batches_ahead=0")
+
 CONFIGS: dict[str, str] = {
     "baseline": "",
+    "generic": "",
     "gae095": "--with_vtrace=False --gae_lambda=0.95",
     "vloss1": "--value_loss_coeff=1.0",
     "bf16_off": "--mixed_precision=off",
@@ -40,6 +47,10 @@ CONFIGS: dict[str, str] = {
     "vtrace095": "--vtrace_lambda=0.95",
     "sf_all_vtrace095": ("--vtrace_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
                          "--doom_action_space=single"),
+    # the collection gate at one batch ahead (policy lag ~1 in the asynchronous layout)
+    "ahead1": "--batches_ahead=1",
+    "sf_all_ahead1": ("--with_vtrace=False --gae_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
+                      "--doom_action_space=single --batches_ahead=1"),
     "sf_all_serial": ("--with_vtrace=False --gae_lambda=0.95 --value_loss_coeff=1.0 --advantage_normalization=minibatch "
                       "--doom_action_space=single --serial_mode=True"),
 }
@@ -106,7 +117,8 @@ def main() -> int:
                 run_dir = out / name / f"seed{seed}"
                 if (run_dir / "learning_doom_basic.json").exists():
                     continue
-                flags = f"--seed={seed} {CONFIGS[name]} {args.extra}".strip()
+                base = "" if name == "baseline" else GENERIC
+                flags = " ".join(f"--seed={seed} {base} {CONFIGS[name]} {args.extra}".split())
                 cmd = ["nice", "-n", "10", sys.executable, "-m", "bench.learning", "--env=doom_basic", "--only=sfx",
                        f"--frames={args.frames}", f"--out={run_dir}", f"--sfx_flags={flags}"]
                 print("#", " ".join(cmd), flush=True)

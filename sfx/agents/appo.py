@@ -364,6 +364,13 @@ class APPO(Agent):
         return trajectories_per_minibatch(cfg) * cfg.num_batches_per_iteration
 
     @classmethod
+    def batches_ahead(cls, cfg: Any) -> int:
+        # GAE's targets take the samples as on-policy: one batch ahead (lag ~1) when the learner sets the pace.
+        # V-trace corrects for the lag and keeps the slots' slack (doom_basic, README "Late learning": V-trace
+        # ended at 63 at lag 1 and at lag 3, GAE at 70 at lag 1 and 64 at lag 3)
+        return 0 if cfg.with_vtrace else 1
+
+    @classmethod
     def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
         # the built-in trunks' core outputs are --hidden_size wide (the learner checks the model's)
         return APPOActingRule(action_space, cfg.hidden_size if replay_needs_features(replay_specs(cfg)) else 0)

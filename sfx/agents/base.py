@@ -171,6 +171,13 @@ class Agent:
         return max(1, cfg.batch_size // cfg.rollout)
 
     @classmethod
+    def batches_ahead(cls, cfg: Any) -> int:
+        """``--batches_ahead=-1`` (auto) resolved: how many learner batches the rollout workers may collect
+        ahead of the learner (``sfx.engine.buffers.CollectionGate``); 0: only the trajectory slots bound it.
+        An agent whose targets do not correct for policy lag keeps it small."""
+        return 0
+
+    @classmethod
     def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:
         """The network the policy workers act with and the learner trains (an ``ActorCritic`` or a model
         with the same acting interface: ``forward_step``, ``initial_rnn_states``, ``rnn_state_size``,

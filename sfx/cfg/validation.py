@@ -63,6 +63,9 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
                           f">= 0 (0 = no delay)")
     if cfg.heartbeat_timeout_sec <= 0:
         raise ConfigError(f"--heartbeat_timeout_sec={cfg.heartbeat_timeout_sec} must be > 0")
+    if cfg.batches_ahead < -1:
+        raise ConfigError(f"--batches_ahead={cfg.batches_ahead} must be >= 0 (0 = only the trajectory slots bound "
+                          f"sampling) or -1 (the algorithm's choice)")
     if cfg.learner_main_loop_num_cores < 0:
         raise ConfigError(f"--learner_main_loop_num_cores={cfg.learner_main_loop_num_cores} must be >= 0 (0 = auto)")
     if cfg.save_milestones_sec <= 0 and cfg.save_milestones_sec != -1:

@@ -149,6 +149,64 @@ def num_trajectory_slots(num_agents_total: int, trajectories_per_iteration: int,
     return agents_factor * num_agents_total + queued
 
 
+class CollectionGate:
+    """How far the rollout workers of one rank may collect ahead of its learners (``--batches_ahead``).
+
+    Trajectory slots alone bound sampling by memory: when the learner sets the pace, every slot fills
+    and a batch waits behind the others, trained ``slots / batch`` versions after it was acted (doom_basic's
+    line: lag 3 with 192 slots for batches of 64 trajectories). The gate bounds it by the learners' progress
+    instead: trajectories started and not yet taken by a learner stay within ``batches_ahead`` batches, so
+    with 1 the workers collect the next batch while the learner trains on one, with the weights of the
+    step before (lag 1), and wait after it.
+
+    Shared int64 counters, each written by one process only (no lock): per policy, the trajectories its
+    learner has taken and its trajectories per iteration now (PBT may change ``--batch_size``); per rollout
+    worker, the trajectories it has started (a restarted worker goes on counting); the trajectories lost
+    with dead workers (the slots given back, written by the coordinator).
+
+    A worker starts a split's new trajectories while ``started - lost - taken < batches_ahead x batch``
+    (it may overshoot by a split per worker: the workers read, then count). The workers never all wait
+    while a learner lacks a batch: a worker waits only between trajectories, after sending the finished
+    ones, so when all wait, at least ``batches_ahead`` batches are out, finished and sent.
+    """
+
+    def __init__(self, num_policies: int, num_workers: int, batches_ahead: int) -> None:
+        if batches_ahead < 1:
+            raise ValueError(f"batches_ahead must be >= 1 for a gate (0 means no gate), got {batches_ahead}")
+        self.batches_ahead = int(batches_ahead)
+        self.learners = torch.zeros(num_policies, 2, dtype=torch.int64).share_memory_()  # [taken, per iteration]
+        self.started = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
+        self.lost = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    # learners
+    def set_per_iteration(self, policy: int, per_iteration: int) -> None:
+        self.learners[policy, 1] = int(per_iteration)
+
+    def took(self, policy: int, num_trajectories: int, per_iteration: int) -> None:
+        """A learner took ``num_trajectories`` for an iteration (their slots are free again)."""
+        self.learners[policy, 0] += int(num_trajectories)
+        self.learners[policy, 1] = int(per_iteration)
+
+    # the coordinator
+    def lose(self, num_trajectories: int) -> None:
+        """Trajectories a dead rollout worker held (started, never sent) were given back."""
+        self.lost[0] += int(num_trajectories)
+
+    # rollout workers
+    def read_out(self) -> tuple[int, int]:
+        """(trajectories started and not yet taken nor lost, how many may be)."""
+        c = self.learners.numpy()
+        out = int(self.started.numpy().sum()) - int(self.lost.numpy()[0]) - int(c[:, 0].sum())
+        return out, self.batches_ahead * int(c[:, 1].sum())
+
+    def may_start(self) -> bool:
+        out, allowed = self.read_out()
+        return out < allowed
+
+    def count(self, worker: int, num_trajectories: int) -> None:
+        self.started[worker] += int(num_trajectories)
+
+
 class WeightsBuffer:
     """A policy's weights (parameters and buffers, e.g. normalizer statistics) in one flat
     shared float32 tensor, published by the learner and read by policy workers without pickling.

@@ -18,6 +18,9 @@ from typing import Any, Callable
 
 class Component:
     stopped: bool = False
+    # how long the runtime waits for messages before the next tick(): a component with work of its own
+    # to retry (a rollout worker holding a split at the collection gate) shortens it
+    read_timeout_sec: float = 0.1
 
     def should_stop(self) -> bool:
         """Replaced by the runtime: whether the run is stopping."""

@@ -57,9 +57,11 @@ class Learner(Component):
 
     def __init__(self, cfg: Any, policy_id: int, agent: type[Agent], model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
-                 report_queue: Any, device: torch.device, group: Any = None, ranks: Any = None) -> None:
+                 report_queue: Any, device: torch.device, group: Any = None, ranks: Any = None,
+                 gate: Any = None) -> None:
         # group: a GradientGroup when this policy's learners run on several ranks (sfx.engine.data_parallel);
-        # ranks: this process's RankInfo (sfx.engine.ranks): with several ranks, start() joins the group
+        # ranks: this process's RankInfo (sfx.engine.ranks): with several ranks, start() joins the group;
+        # gate: the rank's CollectionGate (--batches_ahead), told what this learner takes
         self.group = group
         self.ranks = ranks
         self.is_main = ranks is None or ranks.is_main
@@ -79,7 +81,8 @@ class Learner(Component):
         # the agent shares this learner's cfg copy: PBT's new values reach its next step
         self.agent = agent(self.cfg, self.model, device, group)
         fresh = FreshTrajectories(traj_buffers, free_slot_queue, device, self.cfg.max_policy_lag,
-                                  self.cfg.env_frameskip, lambda: self.agent.trajectories_per_iteration(self.cfg))
+                                  self.cfg.env_frameskip, lambda: self.agent.trajectories_per_iteration(self.cfg),
+                                  gate=gate, policy=policy_id)
         self.source = self.agent.sample_source(fresh)
         self.nan_batches = 0  # minibatches skipped for NaN/inf, over this process's life
         self.consecutive_nan_batches = 0

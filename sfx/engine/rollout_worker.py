@@ -48,8 +48,12 @@ class RolloutWorker(Component):
                  traj_buffers: list[TrajectoryBuffers], agent_buffers: AgentBuffers,
                  free_slot_queues: list, policy_queues: list, learner_queues: list,
                  report_queue: Any, make_env_fn, slot_owners: list | None = None, incarnation: int = 0,
-                 initial_rnn_state: Any = None) -> None:
+                 initial_rnn_state: Any = None, gate: Any = None) -> None:
         self.cfg = cfg
+        # --batches_ahead: a split whose agents start new trajectories waits while the rank's workers are that
+        # far ahead of the learners (sfx.engine.buffers.CollectionGate); None: only the free slots throttle
+        self.gate = gate
+        self.held: set[int] = set()  # splits whose actions came back, waiting at the gate to step
         # per policy, which worker holds each slot (shared): a restarted worker's slots go back
         self.slot_owners = [o.numpy() for o in slot_owners] if slot_owners is not None else None
         # requests carry a generation in their split id; answers to another generation's requests (sent
@@ -235,6 +239,16 @@ class RolloutWorker(Component):
 
     def _advance_split(self, split: int) -> None:
         self._flush_sends(split)
+        if self.gate is not None:
+            agents = self._split_agents(split)
+            starting = int((self.t[agents.start:agents.stop] == 0).sum())
+            if starting:
+                if not self.gate.may_start():
+                    # the trajectories it just finished are sent; it steps once the learners take a batch
+                    self.held.add(split)
+                    self.read_timeout_sec = 0.002
+                    return
+                self.gate.count(self.worker_idx, starting)
         nap = self.num_agents_per_env
         first_env = split * self.envs_per_split
         for e in range(first_env, first_env + self.envs_per_split):
@@ -442,6 +456,16 @@ class RolloutWorker(Component):
         self.episode_stats = []
         self.env_steps = 0
         self.last_report = now
+
+    def tick(self) -> None:
+        """Step the splits held at the collection gate once it lets them start."""
+        for split in sorted(self.held):
+            if self.stopped or not self.gate.may_start():
+                break
+            self.held.discard(split)
+            self._advance_split(split)
+        if not self.held:
+            self.read_timeout_sec = Component.read_timeout_sec
 
     def finish(self) -> None:
         self.close()

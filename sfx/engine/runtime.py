@@ -48,6 +48,8 @@ def give_back_slots(w: Wiring, worker_index: int) -> int:
             owners[held] = -1
             put_or_raise(w.free_slots[p], [int(x) for x in held], f"free slots of policy {p}")
             given_back += len(held)
+    if w.gate is not None:
+        w.gate.lose(given_back)  # started and never sent: no longer ahead of the learners
     return given_back
 
 
@@ -125,7 +127,8 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
                 msgs = drain(spec.control)
                 if msgs:
                     component.process(msgs)
-            msgs = reader.get(timeout=0.1) if reader is not None else drain(spec.inbox, timeout=0.1)
+            wait = component.read_timeout_sec
+            msgs = reader.get(timeout=wait) if reader is not None else drain(spec.inbox, timeout=wait)
             if msgs:
                 component.process(msgs)
             component.tick()

@@ -47,10 +47,13 @@ class FreshTrajectories:
         env_frameskip: frames per agent step (counters count frames).
         per_iteration: () -> trajectories per batch (the agent's ``trajectories_per_iteration``), asked
             anew each time: PBT may change ``--batch_size``.
+        gate: the rank's :class:`~sfx.engine.buffers.CollectionGate` (``--batches_ahead``), told what this
+            policy's learner takes, or None.
+        policy: this source's policy (its row in the gate).
     """
 
     def __init__(self, traj: TrajectoryBuffers, free_slots: Any, device: torch.device, max_policy_lag: int,
-                 env_frameskip: int, per_iteration: Callable[[], int]) -> None:
+                 env_frameskip: int, per_iteration: Callable[[], int], gate: Any = None, policy: int = 0) -> None:
         self.traj = traj
         self.free_slots = free_slots
         self.device = device
@@ -58,6 +61,10 @@ class FreshTrajectories:
         self.env_frameskip = env_frameskip
         self.per_iteration = per_iteration
         self.pending: list[int] = []
+        self.gate = gate
+        self.policy = policy
+        if gate is not None:
+            gate.set_per_iteration(policy, per_iteration())
 
     def add(self, slots: list[int]) -> None:
         self.pending.extend(slots)
@@ -71,6 +78,8 @@ class FreshTrajectories:
         idx = torch.as_tensor(slots, dtype=torch.long)
         data = tree_map(lambda v: v.index_select(0, idx).to(self.device), self.traj.tensors())
         self.free_slots.put_many(list(slots))
+        if self.gate is not None:
+            self.gate.took(self.policy, len(slots), self.per_iteration())
         n, T = data["rewards"].shape
         age = (policy_version - data["policy_versions"]).float()
         return Batch(data=data, valids=(age <= self.max_policy_lag) & data["active"],

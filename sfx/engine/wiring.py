@@ -27,8 +27,8 @@ from typing import Any, Callable
 import torch
 
 from sfx.agents import Agent, find_agent
-from sfx.engine.buffers import (AgentBuffers, TrajectoryBuffers, WeightsBuffer, allocate_agent_buffers,
-                                allocate_trajectory_buffers, num_trajectory_slots)
+from sfx.engine.buffers import (AgentBuffers, CollectionGate, TrajectoryBuffers, WeightsBuffer,
+                                allocate_agent_buffers, allocate_trajectory_buffers, num_trajectory_slots)
 from sfx.engine.component import ComponentSpec
 from sfx.engine.queues import LocalQueue, SwitchableQueue, make_process_queue
 from sfx.engine.resources import check_host_memory, check_shared_memory, trajectory_buffer_bytes
@@ -79,6 +79,7 @@ class Wiring:
     ranks: Any = None                      # this rank's RankInfo (sfx.engine.ranks); None = a single rank
     eval_queue: Any = None                 # EVALUATE requests -> the evaluator (--eval_every_env_steps > 0)
     agent: type[Agent] | None = None       # --algo's agent (travels to worker processes by reference)
+    gate: Any = None                       # CollectionGate (--batches_ahead); None: the slots alone bound sampling
 
     def spec(self, role: str, index: int) -> ComponentSpec:
         for s in self.components:
@@ -136,6 +137,12 @@ def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False
     return max(1, len(os.sched_getaffinity(0)) - cfg.num_workers)
 
 
+def collection_gate(cfg: Any, agent: type[Agent]) -> CollectionGate | None:
+    """The rank's collection gate for ``--batches_ahead`` (-1: the agent's choice), or None for 0."""
+    ahead = cfg.batches_ahead if cfg.batches_ahead >= 0 else agent.batches_ahead(cfg)
+    return CollectionGate(cfg.num_policies, cfg.num_workers, ahead) if ahead > 0 else None
+
+
 def probe_env(cfg: Any) -> EnvInfo:
     """Make one env to learn its spaces and number of agents."""
     from sfx.envs import make_env
@@ -160,7 +167,7 @@ def build_rollout_worker(w: Wiring, spec: ComponentSpec, device: torch.device, i
     return RolloutWorker(w.cfg, spec.index, w.env_info.num_agents, list(w.traj), w.agents, list(w.free_slots),
                          list(w.policy_queues), list(w.learner_queues), w.report_queue, w.make_env_fn or make_env,
                          slot_owners=list(w.slot_owners), incarnation=incarnation,
-                         initial_rnn_state=w.agents.initial_rnn)
+                         initial_rnn_state=w.agents.initial_rnn, gate=w.gate)
 
 
 def wiring_agent(w: Wiring) -> type[Agent]:
@@ -195,7 +202,8 @@ def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnat
     from sfx.engine.learner import Learner
 
     return Learner(w.cfg, spec.policy, wiring_agent(w), _seeded_model(w, spec.policy), w.traj[spec.policy],
-                   w.weights[spec.policy], w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks)
+                   w.weights[spec.policy], w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks,
+                   gate=w.gate)
 
 
 def build_evaluator(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
@@ -309,7 +317,8 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                rollout_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_workers)),
                report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks,
                eval_queue=(queue(CONTROL_QUEUE_BYTES) if with_learners and cfg.eval_every_env_steps > 0
-                           and (ranks is None or ranks.is_main) else None), agent=_portable_agent(agent))
+                           and (ranks is None or ranks.is_main) else None), agent=_portable_agent(agent),
+               gate=collection_gate(cfg, agent) if with_learners and not serial else None)
     w = dataclasses.replace(w, components=tuple(components(w)))
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w

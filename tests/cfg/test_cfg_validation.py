@@ -56,6 +56,13 @@ def test_lambda_bounds_are_allowed(name, lam):
     assert getattr(default_cfg(**{name: lam}), name) == lam
 
 
+def test_batches_ahead_is_a_count_zero_turns_the_gate_off_and_minus_one_is_auto():
+    assert one_line_error(batches_ahead=-2) == \
+        "--batches_ahead=-2 must be >= 0 (0 = only the trajectory slots bound sampling) or -1 (the algorithm's choice)"
+    assert default_cfg().batches_ahead == -1
+    assert default_cfg(batches_ahead=0).batches_ahead == 0 and default_cfg(batches_ahead=2).batches_ahead == 2
+
+
 def test_envs_per_worker_multiple_of_splits():
     assert one_line_error(num_envs_per_worker=3, worker_num_splits=2) == \
         "--num_envs_per_worker=3 must be a multiple of --worker_num_splits=2"

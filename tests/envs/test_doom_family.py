@@ -15,8 +15,13 @@ from sfx.envs.doom.game import render_resolution
 from sfx.envs.doom.reward_shaping import parse_reward_shaping
 
 
+DISCRETE = "doom_basic_discrete"  # doom(DISCRETE): basic with the 6 combinations (1 = ATTACK alone), not its default 4
+
+
 def doom(name="doom_basic", env_id=0, **overrides):
     """The 1-agent env the engine would make for ``name``."""
+    if name == DISCRETE:
+        name, overrides = "doom_basic", {"doom_action_space": "discrete", **overrides}
     cfg = default_cfg(name, **{"seed": 1, **overrides})
     return make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": env_id})
 
@@ -60,7 +65,7 @@ def test_basic_timeout_is_a_truncation():
 
 
 def test_basic_kill_is_a_termination():
-    env = doom()
+    env = doom(DISCRETE)
     env.reset()
     rng = np.random.default_rng(0)
     for _ in range(40):
@@ -128,8 +133,8 @@ def test_reward_shaping_components():
         parse_reward_shaping("kill=x")
 
     # the same seed and actions with and without shaping: rewards differ by weight x ammo change
-    plain = doom(doom_measurements=True)
-    shaped = doom(doom_measurements=True, doom_reward_shaping="ammo_delta=2")
+    plain = doom(DISCRETE, doom_measurements=True)
+    shaped = doom(DISCRETE, doom_measurements=True, doom_reward_shaping="ammo_delta=2")
     names = plain.env.measurement_names
     plain.reset(), shaped.reset()
     ammo_before = None
@@ -152,7 +157,7 @@ def test_reward_shaping_components():
 
 
 def test_shaping_sums_in_episode_stats():
-    env = doom(doom_reward_shaping="ammo_delta=1,death=-3")
+    env = doom(DISCRETE, doom_reward_shaping="ammo_delta=1,death=-3")
     env.reset()
     steps, _, info, _, _ = run_episode(env, lambda t: 1, limit=200)  # shoot every step
     stats = info["episode"]
@@ -162,7 +167,7 @@ def test_shaping_sums_in_episode_stats():
 
 
 def test_measurements_in_a_dict_observation():
-    env = doom(doom_measurements=True)
+    env = doom(DISCRETE, doom_measurements=True)
     obs, _ = env.reset()
     names = env.env.measurement_names
     assert isinstance(env.observation_space, gymnasium.spaces.Dict)
@@ -183,7 +188,7 @@ def test_measurements_in_a_dict_observation():
 
 def test_seeding_is_deterministic():
     def frames(seed, env_id=0):
-        env = doom(seed=seed, env_id=env_id)
+        env = doom(DISCRETE, seed=seed, env_id=env_id)
         obs, _ = env.reset()
         out = [obs[0]]
         for t in range(20):
@@ -237,9 +242,16 @@ def test_family_defaults():
     cfg = default_cfg("doom_basic")
     assert (cfg.env_frameskip, cfg.encoder_type, cfg.encoder_subtype) == (4, "conv", "convnet_simple")
     assert (cfg.res_w, cfg.res_h, cfg.wide_aspect_ratio, cfg.pixel_format) == (128, 72, False, "rgb")
-    assert cfg.doom_action_space == "discrete" and cfg.doom_reward_shaping is None
-    # Sample Factory's VizDoom settings, and each scenario's reward scale
+    assert cfg.doom_reward_shaping is None
+    # each scenario's action space: basic Sample Factory's idle / left / right / attack, others every combination
+    assert cfg.doom_action_space == "single" and default_cfg("doom_defend_the_center").doom_action_space == "discrete"
+    assert doom().action_space == gymnasium.spaces.Discrete(4)
+    # Sample Factory's VizDoom settings and its APPO (GAE, its value weight, advantages per minibatch), and each
+    # scenario's reward scale
     assert (cfg.ppo_clip_value, cfg.exploration_loss, cfg.exploration_loss_coeff) == (0.2, "symmetric_kl", 0.001)
+    assert (cfg.with_vtrace, cfg.gae_lambda, cfg.value_loss_coeff, cfg.advantage_normalization) == \
+        (False, 0.95, 1.0, "minibatch")
+    assert not hasattr(default_cfg("doom_basic", algo="R2D2"), "with_vtrace")  # another algorithm: APPO's left out
     assert cfg.reward_scale == 0.01
     assert default_cfg("doom_defend_the_center").reward_scale == 1.0
     assert default_cfg("doom_basic", reward_scale=0.5).reward_scale == 0.5, "the command line wins"

@@ -62,6 +62,7 @@ class DoomScenario:
         episode_commands: console commands sent after every new episode.
         reward_scale: the default of ``--reward_scale`` for this scenario's env.
         description: one line for help texts.
+        action_space: the default of ``--doom_action_space`` for this scenario's env.
     """
 
     name: str
@@ -72,6 +73,7 @@ class DoomScenario:
     episode_commands: tuple[str, ...] = ()
     reward_scale: float = 1.0
     description: str = ""
+    action_space: str = "discrete"
 
     def cfg_path(self) -> str:
         """Absolute path of the scenario's ``.cfg``."""
@@ -93,7 +95,8 @@ def _bundled_or_absolute(file_name: str) -> str:
 _MOVE_TURN_ATTACK = ("ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT")
 
 SCENARIOS: dict[str, DoomScenario] = {s.name: s for s in (
-    DoomScenario("basic", "basic.cfg", reward_scale=0.01,
+    # Sample Factory's doom_basic acts with idle, left, right, attack (README, "Late learning")
+    DoomScenario("basic", "basic.cfg", reward_scale=0.01, action_space="single",
                  description="shoot the single monster; 300-tic timeout"),
     DoomScenario("defend_the_center", "defend_the_center.cfg", description="survive and kill in a circular room"),
     DoomScenario("defend_the_line", "defend_the_line.cfg", description="kill monsters across the room"),

@@ -1,0 +1,140 @@
+"""--batches_ahead: the collection gate keeps the rollout workers at most that many learner batches ahead
+of the learners (sfx.engine.buffers.CollectionGate), so a learner that sets the pace trains on data its
+previous step's weights collected (policy lag ~1) instead of data that waited behind every full slot."""
+
+import pytest
+import torch
+
+from sfx.cfg import default_cfg
+from sfx.engine.buffers import CollectionGate
+from sfx.engine.coordinator import build_component, give_back_slots, run_training
+from sfx.engine.protocol import TRAJ
+from sfx.engine.queues import drain
+from tests.engine.test_training import _in_process_components, small_cfg, worker_processes
+
+
+def test_the_gate_counts_starts_against_every_learners_takes_and_the_lost():
+    gate = CollectionGate(num_policies=2, num_workers=3, batches_ahead=2)
+    assert not gate.may_start()  # no learner said its batch yet: nothing may start
+    gate.set_per_iteration(0, 4)
+    gate.set_per_iteration(1, 6)
+    assert gate.may_start()  # 0 out of 2 x (4 + 6)
+    gate.count(0, 12)
+    gate.count(2, 7)
+    assert gate.may_start()  # 19 < 20: one more split may start, and overshoot
+    gate.count(1, 3)
+    assert not gate.may_start()  # 22 out
+    gate.took(1, 6, 6)
+    assert gate.may_start()  # 16 out
+    gate.count(1, 4)
+    assert not gate.may_start()  # 20 out
+    gate.lose(1)  # a dead worker held one started trajectory: it will never be taken
+    assert gate.may_start()
+    gate.took(0, 4, 8)  # PBT grew policy 0's batch: 2 x (8 + 6) may be out
+    gate.count(0, 12)
+    assert gate.may_start() and gate.read_out() == (27, 28)
+    with pytest.raises(ValueError, match="batches_ahead must be >= 1 for a gate"):
+        CollectionGate(1, 1, 0)
+
+
+def _drive(policy, worker, w, rounds=3000):
+    """Policy worker and rollout worker in turn; the trajectories sent to the learner, in order."""
+    sent = []
+    for _ in range(rounds):
+        policy.process(drain(w.policy_queues[0]))
+        worker.process(drain(w.rollout_inboxes[0]))
+        worker.tick()
+        sent += [s for kind, slots in drain(w.learner_queues[0]) if kind == TRAJ for s in slots]
+    return sent
+
+
+def test_workers_stop_one_batch_ahead_and_a_take_lets_them_collect_with_the_new_weights(tmp_path):
+    """One worker, 4 agents in 2 splits, batches of 4 trajectories: with --batches_ahead=1 it sends one batch
+    and holds both splits (without the gate it fills every slot, 3 batches' worth); once the learner takes and
+    trains that batch, the next batch acts with the new weights from its second step on (its first action
+    was asked before the hold)."""
+    cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=1, num_envs_per_worker=4,
+                                    batches_ahead=1)
+    per_iteration = cfg.batch_size // cfg.rollout
+    assert w.gate is not None and per_iteration == 4
+    learner = build_component(w, "learner", 0, 0, torch.device("cpu"))
+    learner.start()  # publishes version 0 and tells the gate its batch
+    policy = build_component(w, "policy_worker", 0, 0, torch.device("cpu"))
+    worker = build_component(w, "rollout_worker", 0, -1, torch.device("cpu"))
+    worker.should_stop = lambda: False
+    worker.start()
+    first = _drive(policy, worker, w)
+    assert len(first) == per_iteration and worker.held == {0, 1}
+    assert int(w.gate.started.sum()) == per_iteration
+    assert worker.read_timeout_sec < 0.01  # it polls the gate, not the 0.1 s idle read
+    # the learner takes them, trains (version 1) and frees their slots: the worker goes on
+    drain(w.report_queue)
+    learner.process([(TRAJ, first)])
+    assert learner.train_step == 1 and int(w.gate.learners[0, 0]) == per_iteration
+    second = _drive(policy, worker, w)
+    assert len(second) == per_iteration and worker.held == {0, 1}
+    versions = w.traj[0].policy_versions[second]
+    assert (versions[:, 0] == 0).all() and (versions[:, 1:] == 1).all()
+    learner.process([(TRAJ, second)])
+    lag = [r[2] for r in drain(w.report_queue) if r[0] == "train"][-1]
+    assert lag["policy_lag_max"] == 1 and lag["policy_lag_avg"] == pytest.approx(1 / cfg.rollout)
+    worker.close()
+
+
+def test_without_the_gate_the_worker_runs_ahead_until_the_slots_run_out(tmp_path):
+    cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=1, num_envs_per_worker=4,
+                                    batches_ahead=0)
+    assert w.gate is None
+    learner = build_component(w, "learner", 0, 0, torch.device("cpu"))
+    learner.start()
+    policy = build_component(w, "policy_worker", 0, 0, torch.device("cpu"))
+    worker = build_component(w, "rollout_worker", 0, -1, torch.device("cpu"))
+    blocked = []
+    worker.should_stop = lambda: blocked.append(1) or True  # asked only while it waits for a free slot
+    worker.start()
+    sent = []
+    while not worker.stopped:
+        policy.process(drain(w.policy_queues[0]))
+        worker.process(drain(w.rollout_inboxes[0]))
+        sent += [s for kind, slots in drain(w.learner_queues[0]) if kind == TRAJ for s in slots]
+    assert len(sent) >= 2 * (cfg.batch_size // cfg.rollout)  # two batches and more wait: lag >= 2
+    worker.close()
+
+
+def test_a_dead_workers_slots_count_as_lost_so_the_others_are_not_held_back(tmp_path):
+    cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=2, batches_ahead=1)
+    worker = build_component(w, "rollout_worker", 1, -1, torch.device("cpu"))
+    worker.should_stop = lambda: False
+    worker.start()  # each of its agents takes a slot
+    worker.close()
+    assert give_back_slots(w, 1) == cfg.num_envs_per_worker
+    assert int(w.gate.lost[0]) == cfg.num_envs_per_worker
+
+
+def test_no_gate_in_serial_mode_or_without_learners(tmp_path):
+    assert _in_process_components(tmp_path, serial_mode=True, batches_ahead=1)[1].gate is None
+
+
+@pytest.mark.parametrize("num_policies", [1, 2])
+def test_a_gated_run_in_worker_processes_trains_to_the_end(tmp_path, num_policies):
+    """No deadlock: two workers, one or two policies (agents drawn at random per episode, so a worker's
+    trajectories go to either learner), and every learner trains to the end."""
+    result = run_training(small_cfg(tmp_path, batches_ahead=1, num_policies=num_policies, train_for_env_steps=4000))
+    assert result["status"] == "done"
+    assert all(steps > 0 for steps in result["train_step"])
+    assert not worker_processes()
+
+
+def test_auto_gates_appo_with_gae_only():
+    """-1 (the default) is the agent's choice: GAE's targets take the samples as on-policy, so APPO keeps one
+    batch ahead with --with_vtrace=False; V-trace corrects for lag (no gate); SAC and R2D2 set no gate."""
+    from sfx.agents import find_agent
+    from sfx.engine.wiring import collection_gate
+
+    appo = find_agent("APPO")
+    assert collection_gate(small_cfg("/tmp"), appo) is None
+    assert collection_gate(small_cfg("/tmp", with_vtrace=False), appo).batches_ahead == 1
+    assert collection_gate(small_cfg("/tmp", with_vtrace=False, batches_ahead=0), appo) is None
+    assert collection_gate(small_cfg("/tmp", batches_ahead=2), appo).batches_ahead == 2
+    assert collection_gate(default_cfg(env="mujoco_invertedpendulum", algo="SAC"), find_agent("SAC")) is None
+    assert collection_gate(default_cfg(env="gym_CartPole-v1", algo="R2D2"), find_agent("R2D2")) is None
