@@ -147,8 +147,8 @@ def add_sf1_compat_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num_minibatches_to_accumulate", type=int, default=-1, metavar="N",
                    help="SF1: minibatches the learner may hold before sampling pauses (0 = sampling pauses while "
                         "it trains). Any value is accepted and changes nothing: sfx bounds how far sampling runs "
-                        "ahead of the learner with its trajectory slots (--traj_buffers_excess_ratio) and drops "
-                        "samples older than --max_policy_lag")
+                        "ahead of the learner in whole batches (--batches_ahead) and with its trajectory slots "
+                        "(--traj_buffers_excess_ratio), and drops samples older than --max_policy_lag")
 
     g = parser.add_argument_group(
         ALIAS_GROUP,
