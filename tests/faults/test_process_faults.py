@@ -215,7 +215,8 @@ def _kill_workers_again_and_again(train_dir: Path) -> tuple[Run, list[int]] | No
     """One run with KILLS kills; None if one left a shared queue locked (the run then stops with its
     checkpoint, as the locked-queue rows check)."""
     # long enough to outlast the kills at CartPole's ~7k steps/s here
-    run = Run(train_dir, 400_000, "--traj_buffers_excess_ratio=1", "--heartbeat_timeout_sec=1.5").start()
+    run = Run(train_dir, 400_000, "--traj_buffers_excess_ratio=1", "--heartbeat_timeout_sec=1.5",
+              "--batches_ahead=1").start()
     assert "24 trajectory slots of 32 steps per policy" in run.wait_for(
         "the wiring", lambda: "trajectory slots of" in run.log() and run.log())
     run.steps_at_least(5_000)
@@ -241,7 +242,8 @@ def test_repeated_rollout_worker_kills_give_back_their_slots_and_the_run_finishe
     """2 workers x 4 envs, batch 256 (8 trajectories per iteration), --traj_buffers_excess_ratio=1: 24 slots.
     A killed worker holds at least one slot per agent (4); 5 kills strand 20 or more unless each restart gives
     them back, and fewer than 8 in circulation starve the learner for good (every process alive, the run never
-    ends). Kills alternate between the workers, each after the previous restart's window (3 heartbeat timeouts
+    ends). The collection gate is on (--batches_ahead=1: at most 8 trajectories out): each restart also counts the
+    dead worker's held trajectories as lost, else 8 stranded ones would hold every worker back for good. Kills alternate between the workers, each after the previous restart's window (3 heartbeat timeouts
     of 1.5 s: a failure inside it stops the run as a probably locked queue). A kill that leaves a queue locked (a
     few percent) stops the run: then the scenario starts over in a new folder, three times at most."""
     shm_before = shm_segments()
