@@ -243,8 +243,10 @@ class RolloutWorker(Component):
             agents = self._split_agents(split)
             starting = int((self.t[agents.start:agents.stop] == 0).sum())
             if starting:
-                if not self.gate.may_start():
-                    # the trajectories it just finished are sent; it steps once the learners take a batch
+                # only a whole round waits: then every trajectory its agents started is finished and sent (it
+                # steps once the learners take a batch). An agent that starts alone (its next episode is another
+                # policy's) goes on: holding the split would strand its neighbours' unfinished trajectories
+                if starting == len(agents) and not self.gate.may_start():
                     self.held.add(split)
                     self.read_timeout_sec = 0.002
                     return

@@ -117,10 +117,13 @@ def test_no_gate_in_serial_mode_or_without_learners(tmp_path):
 
 @pytest.mark.parametrize("num_policies", [1, 2])
 def test_a_gated_run_in_worker_processes_trains_to_the_end(tmp_path, num_policies):
-    """No deadlock: two workers, one or two policies (agents drawn at random per episode, so a worker's
-    trajectories go to either learner), and every learner trains to the end."""
-    result = run_training(small_cfg(tmp_path, batches_ahead=1, num_policies=num_policies, train_for_env_steps=4000))
-    assert result["status"] == "done"
+    """No stall: two workers of 2 splits x 2 envs, one or two policies. With two, an agent whose next episode
+    is the other policy's starts a trajectory alone in the middle of its split's round: a split held for it
+    would strand its neighbours' unfinished trajectories, and every learner could wait for good (a VizDoom
+    duel with PBT stalled at 16k env steps so). Every learner trains and the run ends on its step budget."""
+    result = run_training(small_cfg(tmp_path, batches_ahead=1, num_policies=num_policies, num_envs_per_worker=4,
+                                    train_for_env_steps=6000, train_for_seconds=60))
+    assert result["status"] == "done" and result["env_steps"] >= 6000, result
     assert all(steps > 0 for steps in result["train_step"])
     assert not worker_processes()
 
