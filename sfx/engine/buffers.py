@@ -164,10 +164,12 @@ class CollectionGate:
     worker, the trajectories it has started (a restarted worker goes on counting); the trajectories lost
     with dead workers (the slots given back, written by the coordinator).
 
-    A worker starts a split's new trajectories while ``started - lost - taken < batches_ahead x batch``
-    (it may overshoot by a split per worker: the workers read, then count). The workers never all wait
-    while a learner lacks a batch: a worker waits only between trajectories, after sending the finished
-    ones, so when all wait, at least ``batches_ahead`` batches are out, finished and sent.
+    A worker starts a split's new round of trajectories while ``started - lost - taken < batches_ahead x
+    batch`` (it may overshoot by a split per worker: the workers read, then count; an agent that starts alone
+    mid-round, after a policy switch, is counted and never held). The workers never all wait while a learner
+    lacks a batch: a split waits only when all its agents are between trajectories, after sending the
+    finished ones, so when all wait, at least ``batches_ahead`` batches (summed over the policies) are out,
+    finished and sent, and some learner has its whole batch.
     """
 
     def __init__(self, num_policies: int, num_workers: int, batches_ahead: int) -> None:
