@@ -315,6 +315,8 @@ def test_custom_scenario_registration(tmp_path):
         register_doom_scenario(DoomScenario("basic", "basic.cfg"))
     with pytest.raises(ValueError, match="wad file .*nowhere.wad does not exist"):
         register_doom_scenario(DoomScenario("tst_x", SCENARIO.cfg_file, wad_file="nowhere.wad"))
+    with pytest.raises(ValueError, match="action_space='singel'; allowed: .*single"):
+        register_doom_scenario(DoomScenario("tst_x", SCENARIO.cfg_file, action_space="singel"))
     mine = tmp_path / "mine.cfg"
     mine.write_text("episode_timeout = 20\navailable_buttons = { ATTACK }\n")
     name = register_doom_scenario(DoomScenario("tst_mine", str(mine), wad_file="basic.wad"))

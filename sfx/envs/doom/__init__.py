@@ -62,7 +62,7 @@ from sfx.envs.registry import env_seed, gym_id_stem, register_env, register_env_
 # and the convnet its VizDoom encoder uses. Its APPO as well: GAE(0.95) targets, not V-trace (so APPO's
 # auto --batches_ahead keeps the workers one batch ahead: policy lag ~1), its value loss weight (its
 # 0.5 x MSE is sfx's --value_loss_coeff=1.0: sfx halves the MSE) and advantages normalised per minibatch.
-# Measured on doom_basic's published line (README, "Late learning"): 69.9 final at 800k frames on 3 seeds
+# Measured on doom_basic's published line (README, "Late learning"): 69.8 final at 800k frames on 3 seeds
 # against 64.7 with sfx's generic defaults, where Sample Factory ends at 66-73.
 DEFAULT_OVERRIDES = {"env_frameskip": 4, "encoder_type": "conv", "encoder_subtype": "convnet_simple",
                      "wide_aspect_ratio": False, "ppo_clip_value": 0.2, "exploration_loss": "symmetric_kl",
@@ -79,7 +79,9 @@ def doom_default_overrides(env_name: str) -> dict:
 
 
 def scenario_defaults(scenario: DoomScenario) -> dict:
+    """The flag defaults a scenario sets: its ``--reward_scale`` and ``--doom_action_space``."""
     return {"reward_scale": scenario.reward_scale, "doom_action_space": scenario.action_space}
+
 
 __all__ = ["PREFIX", "SCENARIOS", "DoomScenario", "make_doom_env", "register_doom_scenario", "register_family",
            "scenario_of"]
@@ -189,6 +191,9 @@ def register_doom_scenario(scenario: DoomScenario, default_overrides: dict | Non
     for what, path in (("cfg", scenario.cfg_path()), ("wad", scenario.wad_path())):
         if path is not None and not os.path.isfile(path):
             raise ValueError(f"doom scenario {scenario.name!r}: its {what} file {path} does not exist")
+    if scenario.action_space not in ACTION_SPACE_KINDS:
+        raise ValueError(f"doom scenario {scenario.name!r}: action_space={scenario.action_space!r}; allowed: "
+                         f"{', '.join(ACTION_SPACE_KINDS)}")
     env_name = PREFIX + scenario.name
     defaults = {**DEFAULT_OVERRIDES, **scenario_defaults(scenario), **(default_overrides or {})}
     register_env(env_name, functools.partial(_make_registered_scenario_env, scenario), add_params_fn=add_doom_params,
