@@ -5,8 +5,9 @@
     python -m bench.doom_matrix --out=DIR --report     # only the table of what DIR already holds
 
 Configs (changes to ``GENERIC``, the doom family's defaults before 2026-11-27; ``baseline``: today's):
-``CONFIGS``; README, "Learning parity", has the table of issue 29. Per config: final average (the last logged 100-episode average), the slope of that average from 400k to
-800k frames (reward per 100k frames, a least-squares line through the points in that range), frames to 40.
+``CONFIGS``; README, "Learning parity", has the table of issue 29. Per config: final average (the last logged
+100-episode average), the slope of that average from 400k to 800k frames (reward per 100k frames, a least-squares
+line through the points in that range), frames to 40.
 Runs one training at a time (``nice -n 10``); a run already in DIR (its JSON exists) is not repeated.
 """
 
