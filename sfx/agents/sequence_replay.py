@@ -179,25 +179,35 @@ class PrioritizedSequences:
             ring["terminated"][rows, :B] = False
             ring["truncated"][rows, :B] = False
             actors = data["actor_ids"][:, 0].tolist()
-            for j in range(first, first + n):
-                tail = self.tails.get(actors[j])
-                row = int(rows[j - first])
-                if tail is not None:
-                    prev, i = tail
-                    # the previous trajectory continues into this one: its next observation is this one's first
-                    if all(torch.equal(prev["obs"][k][i, T], v[j, 0]) for k, v in data["obs"].items()):
-                        for k, v in prev["obs"].items():
-                            ring["obs"][k][row, :B] = v[i, T - B:T].cpu()
-                        for k in STEP_FIELDS:
-                            ring[k][row, :B] = prev[k][i, T - B:].cpu()
-                        ring["state0"][row] = prev["rnn_states"][i, T - B].cpu()
-                        ring["has_prefix"][row] = True
             for j, actor in enumerate(actors):
+                if j >= first:
+                    self._prefix(data, j, int(rows[j - first]))
+                # handed on at once: the actor's next trajectory may be in this same batch (the engine's slots
+                # come in the order they were finished, so an actor's trajectories come in order)
                 self.tails[actor] = (data, j)  # the batch's own copy out of the slots: kept, never cloned
         self.sampler.update(rows, priorities[first:].double().clamp(min=1e-6))
         self.next = int((self.next + n) % self.capacity)
         self.size = min(self.capacity, self.size + n)
         self.inserted += n
+
+    def _prefix(self, data: dict[str, Any], j: int, row: int) -> None:
+        """Ring row ``row`` (trajectory ``j`` of ``data``) gets the last ``burn_in`` steps of its actor's previous
+        trajectory as its prefix, and the state acted at the prefix's start, when this one continues that one."""
+        tail = self.tails.get(int(data["actor_ids"][j, 0]))
+        if tail is None:
+            return
+        prev, i = tail
+        B, T = self.burn_in, data["rewards"].shape[1]
+        ring = self.data
+        # the previous trajectory continues into this one: its next observation is this one's first
+        if not all(torch.equal(prev["obs"][k][i, T], v[j, 0]) for k, v in data["obs"].items()):
+            return
+        for k, v in prev["obs"].items():
+            ring["obs"][k][row, :B] = v[i, T - B:T].cpu()
+        for k in STEP_FIELDS:
+            ring[k][row, :B] = prev[k][i, T - B:].cpu()
+        ring["state0"][row] = prev["rnn_states"][i, T - B].cpu()
+        ring["has_prefix"][row] = True
 
     def _allocate(self, data: dict[str, Any]) -> None:
         n, T = data["rewards"].shape
