@@ -280,7 +280,14 @@ def validate_appo_cfg(cfg: Any) -> None:
 
         # every buffer's share of a batch must be whole (the platform's rule): a ConfigError naming it now
         batch_composition(specs, APPO.trajectories_per_iteration(cfg))
-    if (cfg.clear_policy_coeff or cfg.clear_value_coeff) and not any(s.type != "queue" for s in specs):
+    replays = any(s.type != "queue" for s in specs)
+    if replays and not cfg.with_vtrace:
+        # GAE takes every sample as on-policy: replayed trajectories, many versions old, would be trained on
+        # uncorrected (the doom family defaults to GAE, so this would happen silently there)
+        raise ConfigError(f"--replay_parameters={cfg.replay_parameters} replays old trajectories, which only V-trace "
+                          f"corrects for; --with_vtrace=False (GAE) does not: allowed: --with_vtrace=True with "
+                          f"replay, or GAE with no replaying buffer (--replay_parameters=None, or queue only)")
+    if (cfg.clear_policy_coeff or cfg.clear_value_coeff) and not replays:
         raise ConfigError(f"--clear_policy_coeff / --clear_value_coeff clone on replayed samples: set "
                           f"--replay_parameters with a standard or custom buffer (now: {cfg.replay_parameters!r})")
 
