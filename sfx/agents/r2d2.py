@@ -11,7 +11,8 @@ observation (bootstrapped from).
 Learning: fresh trajectories become overlapping sequences with a burn-in prefix in a prioritized replay
 (:mod:`sfx.agents.sequence_replay`); ``--replay_ratio`` decides how many minibatches each iteration trains.
 A step: burn-in of the online and target networks from the stored state (no gradient), Q-values over the
-trained steps, n-step double-Q targets with value rescaling (:mod:`sfx.algo.qlearning`; terminations cut
+trained steps, n-step double-Q targets with value rescaling on the rewards scaled and clipped as APPO's
+(``--reward_scale``, ``--reward_clip``) (:mod:`sfx.algo.qlearning`; terminations cut
 the bootstrap, truncations bootstrap from the final observation's stored value), the importance-weighted
 squared TD loss summed over each sequence's steps, Adam with gradient clipping, new priorities
 ``0.9 max|delta| + 0.1 mean|delta|`` back to the replay, and the target network copied every
@@ -28,7 +29,8 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch
-from sfx.algo.qlearning import actor_epsilons, double_q_targets, r2d2_loss, sequence_priorities, td_errors
+from sfx.algo.qlearning import (actor_epsilons, double_q_targets, r2d2_loss, scale_rewards, sequence_priorities,
+                                td_errors)
 from sfx.errors import ConfigError
 
 __all__ = ["R2D2", "EpsilonGreedy"]
@@ -109,8 +111,10 @@ def add_r2d2_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--epsilon_alpha", type=float, default=7.0, help="see --epsilon_base")
     g.add_argument("--eval_epsilon", type=float, default=1e-3, help="epsilon of evaluation and sfx.enjoy")
     # SEED RL's R2D2 values of the trainer's shared flags (they beat an env family's defaults; a command line
-    # overrides them)
-    g.set_defaults(gamma=0.997, max_grad_norm=40.0, adam_eps=1e-3, rollout=80, recurrence=80, batch_size=64 * 80)
+    # overrides them). No reward clipping (1e6, the mujoco family's "none"): R2D2 rescales its values with h
+    # instead of clipping rewards (Kapturowski et al. 2019, section 2.3), so Atari's --reward_clip=1 is APPO's only
+    g.set_defaults(gamma=0.997, max_grad_norm=40.0, adam_eps=1e-3, rollout=80, recurrence=80, batch_size=64 * 80,
+                   reward_clip=1e6)
 
 
 def validate_r2d2_cfg(cfg: Any) -> None:
@@ -207,7 +211,8 @@ class R2D2(Agent):
         self.store = PrioritizedSequences(
             fresh, cfg.replay_buffer_size, cfg.burn_in, cfg.replay_buffer_min_size, cfg.replay_ratio,
             lambda: self.sequences_per_minibatch(self.cfg), cfg.priority_exponent, cfg.importance_sampling_exponent,
-            cfg.priority_eta, cfg.gamma, cfg.n_step, cfg.value_function_rescaling_epsilon, self.device, seed=cfg.seed)
+            cfg.priority_eta, cfg.gamma, cfg.n_step, cfg.value_function_rescaling_epsilon, self.device, seed=cfg.seed,
+            reward_scale=cfg.reward_scale, reward_clip=cfg.reward_clip)
         return self.store
 
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
@@ -239,7 +244,8 @@ class R2D2(Agent):
         q = model.forward_sequence(trained_obs, h, trained_resets)  # [n, T + 1, A]
         with torch.no_grad():
             q_target = target.forward_sequence(trained_obs, h_target, trained_resets)
-        rewards, term, trunc = mb["rewards"][:, Bn:], mb["terminated"][:, Bn:], mb["truncated"][:, Bn:]
+        rewards = scale_rewards(mb["rewards"][:, Bn:], cfg.reward_scale, cfg.reward_clip)  # APPO's unit
+        term, trunc = mb["terminated"][:, Bn:], mb["truncated"][:, Bn:]
         # a time-limit step's final observation: its greedy Q-value as the acting weights computed it
         trunc_q = mb["trunc_q"][:, Bn:].unsqueeze(2).expand(-1, -1, q.shape[2])
         targets = double_q_targets(rewards, term, trunc, q[:, 1:].detach(), q_target[:, 1:], trunc_q, trunc_q,

@@ -11,7 +11,8 @@ Learning: fresh trajectories go to a uniform transition replay (:mod:`sfx.agents
 ``--learning_starts`` transitions are stored, whatever the sampling speed. A step (the paper's Algorithm 1):
 
 1. critics: ``y = r + gamma^h (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi(.|s')`` (terminations cut
-   the bootstrap; at a time limit ``s'`` is the stored final observation; n-step windows with ``--n_step``),
+   the bootstrap; at a time limit ``s'`` is the stored final observation; n-step windows with ``--n_step``; ``r``:
+   each step's reward scaled and clipped as APPO's, ``--reward_scale`` then ``--reward_clip``),
    ``J_Q = 1/2 (Q_i(s, a) - y)^2`` for each critic, one Adam step (``--critic_learning_rate``);
 2. actor: ``J_pi = alpha log pi(a|s) - min_i Q_i(s, a)`` with ``a`` reparameterised (a shared image encoder
    is read detached), Adam (``--actor_learning_rate``);
@@ -136,10 +137,11 @@ def add_sac_flags(g: argparse._ActionsContainer) -> None:
     # command line overrides them): 256x256 ReLU networks, no input normalisation, PyTorch's nn.Linear
     # initialisation (SB3's), no core (SAC replays single transitions). Short trajectories and one learner
     # iteration's worth of queued slots: at a replay ratio the learner sets the pace and the actors wait for
-    # slots, so every queued step is policy lag, not throughput
+    # slots, so every queued step is policy lag, not throughput. No reward clipping (1e6, the mujoco family's
+    # "none"), as the paper and SB3: a family's --reward_clip for APPO (gym's 10) would cut Pendulum's rewards
     g.set_defaults(gamma=0.99, batch_size=256, use_rnn=False, hidden_size=256, nonlinearity="relu",
                    normalize_input=False, policy_initialization="torch_default", rollout=8,
-                   traj_buffers_excess_ratio=1.0)
+                   traj_buffers_excess_ratio=1.0, reward_clip=1e6)
 
 
 def fused_adam(params: Any, **kwargs: Any) -> torch.optim.Adam:
@@ -262,7 +264,8 @@ class SAC(Agent):
 
         cfg = self.cfg
         self.store = TransitionReplay(fresh, cfg.replay_buffer_size, cfg.learning_starts, cfg.replay_ratio, cfg.gamma,
-                                      cfg.n_step, self.device, seed=cfg.seed)
+                                      cfg.n_step, self.device, seed=cfg.seed, reward_scale=cfg.reward_scale,
+                                      reward_clip=cfg.reward_clip)
         return self.store
 
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:

@@ -25,6 +25,7 @@ number of times each observation is trained on). Each iteration inserts its fres
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 import torch
@@ -32,7 +33,8 @@ import torch
 from sfx.agents.base import Batch, tree_map
 from sfx.algo.nstep import n_step_targets
 from sfx.algo.prioritized import PrioritizedSampler
-from sfx.algo.qlearning import importance_weights, sequence_priorities, value_rescale, value_rescale_inverse
+from sfx.algo.qlearning import (importance_weights, scale_rewards, sequence_priorities, value_rescale,
+                                value_rescale_inverse)
 
 # the per-step fields a stored sequence keeps (besides obs); the acting rule's q_taken / q_max are only read
 # for the initial priorities
@@ -66,12 +68,14 @@ class PrioritizedSequences:
         priority_exponent, importance_exponent, eta, gamma, n_step, rescale_eps: as the flags say.
         device: the learner's device.
         seed: the sampler's random stream.
+        reward_scale, reward_clip: ``--reward_scale``, ``--reward_clip`` for the initial priorities' targets (the
+            stored rewards are the env's; the agent's step scales them the same way). Defaults: rewards as they are.
     """
 
     def __init__(self, fresh: Any, capacity: int, burn_in: int, min_size: int, replay_ratio: float,
                  per_minibatch: Callable[[], int], priority_exponent: float, importance_exponent: float,
                  eta: float, gamma: float, n_step: int, rescale_eps: float, device: torch.device,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, reward_scale: float = 1.0, reward_clip: float = math.inf) -> None:
         self.fresh = fresh
         self.capacity, self.burn_in, self.min_size = int(capacity), int(burn_in), int(min_size)
         self.replay_ratio = float(replay_ratio)
@@ -79,6 +83,7 @@ class PrioritizedSequences:
         self.importance_exponent, self.eta = float(importance_exponent), float(eta)
         self.gamma, self.n_step, self.rescale_eps = float(gamma), int(n_step), float(rescale_eps)
         self.device = device
+        self.reward_scale, self.reward_clip = float(reward_scale), float(reward_clip)
         self.sampler = PrioritizedSampler(self.capacity, alpha=priority_exponent)
         self.generator = torch.Generator()
         self.generator.manual_seed(0 if seed is None else int(seed))
@@ -106,7 +111,8 @@ class PrioritizedSequences:
         data = batch.data
         valids = data["active"]
         T = valids.shape[1]
-        priorities = acting_priorities(data["rewards"], data["terminated"], data["truncated"], data["q_taken"],
+        rewards = scale_rewards(data["rewards"], self.reward_scale, self.reward_clip)
+        priorities = acting_priorities(rewards, data["terminated"], data["truncated"], data["q_taken"],
                                        data["q_max"], data["trunc_q"], valids, self.gamma, self.n_step,
                                        self.rescale_eps, self.eta)
         self._insert(data, priorities.cpu())

@@ -11,7 +11,8 @@ final observation and are no longer drawn (``replay/final_obs_lost`` counts them
 
 Sampling is uniform over the stored transitions that count (the acting agent's active steps), by
 rejection: ``(row, step)`` pairs uniformly over the filled rows, those that do not count drawn again.
-n-step returns (``n_step > 1``): at insertion each step gets its window's summed rewards and bootstrap
+n-step returns (``n_step > 1``): at insertion each step gets its window's summed rewards (each step's reward
+scaled and clipped first, ``--reward_scale`` / ``--reward_clip`` as APPO's) and bootstrap
 discount (:func:`sfx.algo.nstep.n_step_targets` with zero values) and the index of the step whose next
 observation it bootstraps from; windows end at the trajectory's end (shorter there), terminations cut them.
 
@@ -32,6 +33,7 @@ import torch
 
 from sfx.agents.base import Batch
 from sfx.algo.nstep import n_step_targets
+from sfx.algo.qlearning import scale_rewards
 from sfx.errors import ConfigError
 
 STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "active", "policy_versions")
@@ -91,16 +93,21 @@ class TransitionReplay:
         gamma, n_step: the n-step windows' discount and length.
         device: the learner's device (minibatches land there; the ring stays in host memory).
         seed: the sampler's random stream.
+        reward_scale, reward_clip: ``--reward_scale``, ``--reward_clip``, applied to each step's reward before the
+            n-step windows sum them (APPO's unit); the stored ``rewards`` stay the env's. Defaults: rewards as
+            they are.
     """
 
     def __init__(self, fresh: Any, capacity: int, learning_starts: int, replay_ratio: float, gamma: float,
-                 n_step: int, device: torch.device, seed: int | None = None) -> None:
+                 n_step: int, device: torch.device, seed: int | None = None, reward_scale: float = 1.0,
+                 reward_clip: float = math.inf) -> None:
         self.fresh = fresh
         self.capacity = int(capacity)
         self.learning_starts = int(learning_starts)
         self.replay_ratio = float(replay_ratio)
         self.gamma, self.n_step = float(gamma), int(n_step)
         self.device = device
+        self.reward_scale, self.reward_clip = float(reward_scale), float(reward_clip)
         self.generator = torch.Generator()
         self.generator.manual_seed(0 if seed is None else int(seed))
         self.data: dict[str, Any] | None = None  # allocated on the first insert
@@ -208,7 +215,8 @@ class TransitionReplay:
         active, term, trunc = cpu["active"][first:], cpu["terminated"][first:], cpu["truncated"][first:]
         trunc = trunc & ~term
         zeros = torch.zeros(n, T)
-        nstep = n_step_targets(cpu["rewards"][first:].float(), term, trunc, zeros, zeros, self.gamma, self.n_step,
+        rewards = scale_rewards(cpu["rewards"][first:].float(), self.reward_scale, self.reward_clip)
+        nstep = n_step_targets(rewards, term, trunc, zeros, zeros, self.gamma, self.n_step,
                                active=active)
         boot = bootstrap_steps(active, term, trunc, self.n_step)
         rows = (self.next + torch.arange(n)) % self.rows

@@ -15,6 +15,8 @@
   Experience Replay", section 3.4; beta 0.6 in R2D2 table 2).
 - Per-actor exploration ``epsilon_i = base^(1 + alpha i / (N - 1))`` (Ape-X, Horgan et al. 2018,
   "Distributed Prioritized Experience Replay", section 4.1; base 0.4, alpha 7).
+- Reward scaling ``r = clip(reward_scale * reward, -reward_clip, reward_clip)``: ``--reward_scale`` and
+  ``--reward_clip`` in APPO's meaning and unit (``sfx.algo.appo``'s ``r_t``), for every agent that reads them.
 - The R2D2 loss: importance-weighted squared TD errors (SEED RL's R2D2 learner: ``0.5 delta^2`` summed over
   the sequence's steps, weighted by the sequence's importance weight, averaged over the batch).
 """
@@ -34,6 +36,7 @@ __all__ = [
     "double_q_targets",
     "importance_weights",
     "r2d2_loss",
+    "scale_rewards",
     "sequence_priorities",
     "td_errors",
     "value_rescale",
@@ -90,6 +93,23 @@ def value_rescale_inverse(y: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     u_plus_1 = 2.0 * (a + 1.0 + eps) / (s + 1.0) + 1.0
     u_minus_1 = 2.0 * a / (1.0 + 2.0 * eps + s)
     return torch.sign(y) * u_minus_1 * u_plus_1
+
+
+def scale_rewards(rewards: torch.Tensor, scale: float, clip: float) -> torch.Tensor:
+    """``clip(scale * rewards, -clip, clip)`` elementwise: ``--reward_scale``, then ``--reward_clip`` on the scaled
+    rewards (the unit APPO's targets use, ``sfx.algo.appo``'s ``r_t``; one definition, so that a flag means
+    the same for every agent). Applied to each env step's reward, before any n-step sum.
+
+    Args:
+        rewards: any shape, floating point: the env's rewards.
+        scale: > 0, finite.
+        clip: > 0 (``inf``: no clipping).
+    """
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0.0 < float(scale) < float("inf"):
+        raise ValueError(f"scale_rewards: scale={scale!r}; must be a finite number > 0")
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not float(clip) > 0.0:
+        raise ValueError(f"scale_rewards: clip={clip!r}; must be a number > 0 (inf: no clipping)")
+    return (rewards * scale).clamp(-clip, clip)
 
 
 # ----------------------------------------------------------------------------------------------------------
