@@ -108,18 +108,28 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     values = out.values.detach()
     log_rhos = log_prob.detach() - mb["log_probs"] if params.with_vtrace else None
     reduce = group.sum if group is not None else None
-    # PopArt: each task's policy gradient on the scale of its normalised targets (advantage / its sigma)
-    adv_scale = popart.sigma(tasks).reciprocal() if popart is not None else None
     # the agent's inactive steps are transparent in the targets (their values are never trained); `valids`
-    # also drops lagging samples, which are still steps of the agent
+    # also drops lagging samples, which are still steps of the agent. PopArt scales the advantages below, once
+    # every task has its statistics
     targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
-                           out.bootstrap_values, log_rhos, valids, params, reduce, adv_scale, active=mb["active"],
-                           normalize=advantage_stats is None)
+                           out.bootstrap_values, log_rhos, valids, params, reduce, active=mb["active"],
+                           normalize=advantage_stats is None and popart is None)
     bad = not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all()))
     # with ranks every rank joins the vote, bad or not: a rank that skipped it would pair its next
     # collective with the others' vote
     if group.any(bad) if group is not None else bad:
         raise NonFiniteBatch("value targets / advantages")
+    first_stats = None
+    if popart is not None:
+        # a task's first statistics come from its first minibatch before that minibatch's loss (as the returns
+        # normalizer's do), so its first value loss is on normalised targets too, not on the reward scale
+        first_stats = popart.first_statistics(targets.returns, tasks, valids, reduce=reduce)
+        # each task's policy gradient on the scale of its normalised targets (advantage / its sigma), its first
+        # minibatch too (by the sigma just set, not the initial 1: a x1000 task's would stay in reward units)
+        scaled = targets.advantages * popart.sigma(tasks).reciprocal().to(targets.advantages.dtype).unsqueeze(1)
+        if advantage_stats is None:
+            scaled = normalize_advantages(scaled, valids, reduce)
+        targets = targets._replace(advantages=scaled)
     if advantage_stats is not None:
         # --advantage_normalization=running: the policy-gradient scale follows the advantages' spread over the
         # whole run, not this minibatch's. Once the policy is good, advantages shrink to noise; dividing by
@@ -130,11 +140,6 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         count = advantage_stats.count
         std = (advantage_stats.var * count / (count - 1).clamp(min=1.0)).sqrt()
         targets = targets._replace(advantages=normalize_advantages(targets.advantages, valids, reduce, std=std))
-    first_stats = None
-    if popart is not None:
-        # a task's first statistics come from its first minibatch before that minibatch's loss (as the returns
-        # normalizer's do), so its first value loss is on normalised targets too, not on the reward scale
-        first_stats = popart.first_statistics(targets.returns, tasks, valids, reduce=reduce)
     with torch.no_grad():
         if cfg.normalize_returns and model.returns_normalizer is not None:
             model.returns_normalizer.update(targets.returns[valids], reduce=reduce)
