@@ -57,7 +57,11 @@ setup(
         "wandb": ["wandb>=0.19.10"],
         # python -m sfx.export --format=onnx (and onnxruntime to run the exported file)
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
+        # the documentation site (mkdocs serve / mkdocs build --strict); pinned: the site is built offline
+        # with these, and MkDocs 2 will break Material's plugins
+        "docs": ["mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8"],
         "test": ["pytest", "pytest-timeout", "pygame>=2.1.3",
+                 "mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8",
                  "vizdoom>=1.2", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
                  "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy"],
     },

@@ -1,0 +1,331 @@
+"""The documentation site stays true: it builds strictly and offline, its flag reference covers every flag
+of every agent and env family, every ``python -m sfx...`` command shown parses, and (slow) it renders in a
+real headless browser."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+BUILD_TIMEOUT_SEC = 120
+
+
+def _gen_flags():
+    spec = importlib.util.spec_from_file_location("sfx_docs_gen_flags", DOCS / "gen_flags.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """``mkdocs build --strict`` into a temporary folder (never into the checkout)."""
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+        pytest.fail("mkdocs / mkdocs-material are missing: pip install -e .[test] (or .[docs]) installs them")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's banner about MkDocs 2, not our warning
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SEC)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, f"mkdocs build --strict failed ({seconds:.1f} s):\n{proc.stdout}\n{proc.stderr}"
+    print(f"mkdocs build --strict: {seconds:.1f} s")
+    return out
+
+
+def test_site_builds_strictly(site):
+    for page in ("index.html", "getting-started/index.html", "agents/appo/index.html", "agents/r2d2/index.html",
+                 "agents/sac/index.html", "reference/flags/index.html", "reference/api/index.html"):
+        assert (site / page).is_file(), f"{page} missing from the built site"
+
+
+def test_site_loads_nothing_from_the_internet(site):
+    """Offline: no web fonts, scripts or style sheets from elsewhere (links to other sites are fine)."""
+    external = re.compile(r"""<(?:script|img|iframe)[^>]*\ssrc=["']?(?:https?:)?//|"""
+                          r"""<link[^>]*\shref=["']?(?:https?:)?//[^>]*>""", re.IGNORECASE)
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        for match in external.finditer(text):
+            tag = match.group(0)
+            if tag.lower().startswith("<link") and not re.search(r"rel=[\"']?(stylesheet|preload|preconnect|icon)",
+                                                               tag, re.IGNORECASE):
+                continue  # e.g. rel="canonical": not fetched
+            pytest.fail(f"{page.relative_to(site)} loads {tag!r} from the internet")
+        assert "fonts.googleapis" not in text and "fonts.gstatic" not in text, page
+
+
+# --- the flag reference -------------------------------------------------------------------------------
+
+def _option_strings(parser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+
+
+def _every_flag() -> dict[str, set[str]]:
+    """What --help lists, per parser: the trainer with each agent, with each env family, and the other CLIs."""
+    from sfx.agents import registered_agents
+    from sfx.cfg import add_eval_args, build_parser
+    from sfx.cfg.parsing import _new_parser
+    from sfx.export import export_parser
+    from sfx_runner.cli import build_parser as runner_parser
+    from sfx_tb.cli import build_parser as tb_parser
+
+    gen = _gen_flags()
+    flags = {f"--algo={name}": _option_strings(build_parser(None, argv=[f"--algo={name}"]))
+             for name in registered_agents()}
+    for prefix in gen.family_names():
+        parser, env = gen._family_parser(prefix)
+        flags[f"--env={env}"] = _option_strings(parser)
+    enjoy = _new_parser()
+    add_eval_args(enjoy)
+    flags["sfx.enjoy"] = _option_strings(enjoy)
+    flags["sfx.export"] = _option_strings(export_parser())
+    flags["sfx.runner.run"] = _option_strings(runner_parser())
+    for mode in ("serve", "plot", "table"):
+        flags[f"sfx.tb {mode}"] = _option_strings(tb_parser(mode))
+    return flags
+
+
+def test_flag_reference_covers_every_flag(site):
+    html = (site / "reference" / "flags" / "index.html").read_text(encoding="utf-8")
+    shown = set(re.findall(r"<code>(--[A-Za-z0-9_-]+)</code>", html))
+    missing = {where: sorted(flags - shown) for where, flags in _every_flag().items() if flags - shown}
+    assert not missing, f"flags missing from the generated reference: {missing}"
+
+
+def test_every_agent_and_family_has_its_section(site):
+    from sfx.agents import registered_agents
+
+    html = (site / "reference" / "flags" / "index.html").read_text(encoding="utf-8")
+    for name in registered_agents():
+        assert f"<code>--algo={name}</code>" in html, name
+    for prefix in _gen_flags().family_names():
+        assert f"<code>{prefix}</code></h3>" in html or f"<code>{prefix}</code><a" in html, prefix
+    assert "Not generated" not in html, "an env family could not be loaded while the site was built"
+
+
+@pytest.mark.parametrize("page, agent", [("appo", "APPO"), ("r2d2", "R2D2"), ("sac", "SAC")])
+def test_agent_pages_show_their_generated_flags(site, page, agent):
+    gen = _gen_flags()
+    _, own, _ = gen._agent_parts(agent)
+    html = (site / "agents" / page / "index.html").read_text(encoding="utf-8")
+    for action in own:
+        assert f"<code>{action.option_strings[-1]}</code>" in html, (page, action.option_strings)
+
+
+# --- commands shown in the docs parse -------------------------------------------------------------------
+
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[A-Za-z]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```",
+                   re.DOTALL | re.MULTILINE)
+SHELL_LANGS = {"", "bash", "sh", "shell", "console"}  # a ```text block shows output or an error, not a command
+SFX_MODULE = re.compile(r"^sfx(\.[a-z_]+)+$")
+
+
+def _doc_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def _commands() -> list[tuple[str, list[str]]]:
+    """(file:line, argv after ``-m``) of every ``python -m sfx...`` / ``torchrun ... -m sfx...`` command in the
+    docs' shell code blocks; continuation lines joined, ``#`` comments dropped."""
+    found = []
+    for path in _doc_files():
+        text = path.read_text(encoding="utf-8")
+        for block in FENCE.finditer(text):
+            if block.group("lang").lower() not in SHELL_LANGS:
+                continue
+            first_line = text.count("\n", 0, block.start("body")) + 1
+            lines = block.group("body").split("\n")
+            i = 0
+            while i < len(lines):
+                start, line = i, lines[i]
+                while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                    i += 1
+                    line = line.rstrip()[:-1] + " " + lines[i]
+                if not re.search(r"-m\s+sfx", line):
+                    i += 1
+                    continue
+                tokens = None
+                while tokens is None:
+                    while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                        i += 1
+                        line = line.rstrip()[:-1] + " " + lines[i]
+                    try:
+                        tokens = shlex.split(line.lstrip("$ "), comments=True)
+                    except ValueError:  # a quoted value over several lines (a JSON list)
+                        if i + 1 >= len(lines):
+                            raise AssertionError(f"{path}: unbalanced quotes in {line!r}") from None
+                        i += 1
+                        line = line + "\n" + lines[i]
+                i += 1
+                if "-m" not in tokens:
+                    continue
+                k = tokens.index("-m")
+                launcher = Path(tokens[0]).name if tokens else ""
+                if k + 1 < len(tokens) and SFX_MODULE.match(tokens[k + 1]) and \
+                        (launcher.startswith("python") or launcher == "torchrun"):
+                    where = f"{path.relative_to(ROOT)}:{first_line + start}"
+                    found.append((where, tokens[k + 1:]))
+    return found
+
+
+COMMANDS = _commands()
+
+
+def test_the_docs_show_many_commands():
+    assert len(COMMANDS) >= 40, f"only {len(COMMANDS)} python -m sfx commands found in the docs: is the parser broken?"
+
+
+def _is_placeholder(args: list[str]) -> bool:
+    # `srun ... python -m sfx.train ...`, `--ngc_image=...`: shapes of a command, not commands
+    return any(a == "..." or a.endswith("=...") for a in args)
+
+
+def _train_cfg_json(env: str, experiment: str, train_dir: Path) -> None:
+    """A trained experiment's cfg.json, as sfx.train writes it (what sfx.enjoy and sfx.export read)."""
+    from sfx.cfg import parse_args
+    from sfx.cfg.cfg_json import cfg_to_dict
+
+    cfg = parse_args([f"--env={env}", f"--experiment={experiment}", f"--train_dir={train_dir}"])
+    folder = train_dir / experiment
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cfg.json").write_text(json.dumps(cfg_to_dict(cfg)))
+
+
+def dry_parse(module: str, args: list[str], train_dir: Path) -> None:
+    """Parse ``python -m <module> <args>`` with sfx's own parsing functions; run nothing. Raises on a bad line."""
+    here = [f"--train_dir={train_dir}"]  # appended: wins over a --train_dir the command names
+    if module == "sfx.train":
+        from sfx.cfg import parse_args
+
+        parse_args(args + here)
+    elif module == "sfx.dummy_sampler":
+        from sfx.dummy_sampler import parse_sampler_args
+
+        parse_sampler_args(args + here)
+    elif module in ("sfx.enjoy", "sfx.export"):
+        from sfx.cfg import ConfigError, build_parser, parse_args
+        from sfx.cfg.parsing import ArgParser
+
+        rest = args
+        if module == "sfx.export":
+            from sfx.export import export_parser
+
+            _, rest = export_parser().parse_known_args(args)
+        pre = ArgParser(add_help=False)
+        pre.add_argument("--env", default=None)
+        pre.add_argument("--experiment", default=build_parser(None).get_default("experiment"))
+        known, _ = pre.parse_known_args(rest)
+        env = known.env or "gym_CartPole-v1"  # sfx.export reads --env from the experiment's cfg.json
+        _train_cfg_json(env, known.experiment, train_dir)
+        try:
+            parse_args(([] if known.env else [f"--env={env}"]) + rest + here, evaluation=True)
+        except ConfigError as e:
+            if "best" not in str(e):  # --load_checkpoint_kind=best is checked against a checkpoint at load
+                raise
+    elif module == "sfx.runner.run":
+        from sfx_runner.cli import build_parser
+
+        build_parser().parse_args(args)
+    elif module == "sfx.tb":
+        from sfx_tb.cli import build_parser
+
+        mode = args[0] if args and args[0] in ("plot", "table") else "serve"
+        parser = build_parser(mode)
+        own = args[1:] if mode != "serve" else args
+        if "--" in own:
+            own = own[:own.index("--")]  # the rest goes to TensorBoard itself
+        try:
+            parser.parse_args(own)
+        except SystemExit as e:
+            raise AssertionError(f"sfx.tb refused {own}") from e
+    else:
+        pytest.fail(f"python -m {module}: no dry parse for this module; add one to tests/test_docs.py")
+
+
+@pytest.mark.parametrize("where, argv", COMMANDS, ids=[w for w, _ in COMMANDS])
+def test_command_in_the_docs_parses(where, argv, tmp_path, monkeypatch):
+    if _is_placeholder(argv):
+        pytest.skip(f"{where} shows the shape of a command (`...`)")
+    monkeypatch.chdir(ROOT)  # run modules are found as the docs say: from the repository root
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    dry_parse(argv[0], argv[1:], tmp_path / "train_dir")
+
+
+# --- the site in a real browser (slow) ------------------------------------------------------------------
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # noqa: D401 - keep pytest's output for failures
+        pass
+
+
+@pytest.fixture(scope="module")
+def served_site(site):
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def _browse(browser: str, url: str, screenshot: Path) -> str:
+    """The DOM after the page's scripts ran, and a screenshot, from headless Chromium."""
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--no-first-run", "--hide-scrollbars", f"--user-data-dir={screenshot.parent / 'profile'}",
+              "--window-size=1280,1600"]
+    shot = subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, text=True, timeout=90)
+    assert screenshot.is_file() and screenshot.stat().st_size > 10_000, \
+        f"no screenshot of {url}: {shot.stdout}\n{shot.stderr}"
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=90)
+    assert dom.returncode == 0 and "<html" in dom.stdout, f"no DOM from {url}: {dom.stderr}"
+    return dom.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path, heading, must_show", [
+    ("", "sfx", ["Getting started", "Where to go"]),
+    ("agents/r2d2/", "R2D2", ["--burn_in", "Comparison with SEED RL"]),
+    ("reference/flags/", "Flag reference", ["--algo=SAC", "--batch_size", "doom_"]),
+])
+def test_site_renders_in_a_headless_browser(served_site, tmp_path_factory, path, heading, must_show):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium on PATH: install Debian's chromium (apt-get install -y chromium) to run this test")
+    out = tmp_path_factory.mktemp("screenshots")
+    name = (path.strip("/").replace("/", "_") or "home") + ".png"
+    dom = _browse(browser, served_site + path, out / name)
+    print(f"screenshot: {out / name}")
+    h1 = re.search(r"<h1[^>]*>(.*?)</h1>", dom, re.DOTALL)
+    assert h1 and heading in re.sub(r"<[^>]+>", "", h1.group(1)), f"{path}: no <h1> with {heading!r}"
+    assert re.search(r"<h2[^>]*>", dom), f"{path}: no section headings"
+    assert 'class="md-nav' in dom and "md-sidebar--primary" in dom, f"{path}: the navigation is missing"
+    for label in ("Getting started", "Concepts", "Agents", "Environments", "Benchmarks", "Reference"):
+        assert f"{label}" in dom, f"{path}: navigation entry {label!r} missing"
+    for text in must_show:
+        assert text in dom, f"{path}: {text!r} not shown"
+    # the theme's own script ran (Material marks the document once its bundle starts)
+    assert "md-search" in dom
