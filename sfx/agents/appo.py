@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch, tree_map
+from sfx.agents.kit import gradient_step
 from sfx.algo.appo import LOSS_TERMS, APPOParams, appo_loss_terms, appo_targets, normalize_advantages
 from sfx.algo.clear import clear_cloning_terms
 from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
@@ -174,25 +175,13 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
             if clear_coeffs[name]:
                 loss = loss + clear_coeffs[name] * aux_terms[name]
 
-    bad = not bool(torch.isfinite(loss))
-    if group.any(bad) if group is not None else bad:
-        raise NonFiniteBatch("loss")
-    optimizer.zero_grad(set_to_none=True)
-    if group is None:
-        loss.backward()
-    else:
+    share = None
+    if group is not None:  # a collective: every rank, whatever its loss (the vote on it comes next)
         # this rank's share of all ranks' valid samples: summed gradients = gradient of the global mean
         local = valids.sum().to(torch.float64)
         share = local / group.sum(local.reshape(1))[0].clamp(min=1.0)
-        (loss * share.to(loss.dtype)).backward()
-        group.sum_gradients(model.parameters())
-    # --max_grad_norm <= 0: no clipping (an infinite bound still measures the norm)
-    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    if not bool(torch.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        raise NonFiniteBatch("gradients")
-    optimizer.step()
+    grad_norm = gradient_step(loss, optimizer, model.parameters(), max_grad_norm=cfg.max_grad_norm, group=group,
+                              weight=share)
     popart_stats = {}
     if popart is not None:
         # after the step (van Hasselt et al. 2016): the tasks' statistics move towards this minibatch's

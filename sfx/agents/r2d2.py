@@ -22,13 +22,13 @@ squared TD loss summed over each sequence's steps, Adam with gradient clipping, 
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 from typing import Any, Iterator, Mapping
 
 import torch
 
-from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch
+from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec
+from sfx.agents.kit import TargetNetwork, gradient_step
 from sfx.algo.qlearning import (actor_epsilons, double_q_targets, r2d2_loss, scale_rewards, sequence_priorities,
                                 td_errors)
 from sfx.errors import ConfigError
@@ -198,9 +198,7 @@ class R2D2(Agent):
         super().__init__(cfg, model, device, group)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate,
                                           betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
-        self.target = copy.deepcopy(model).eval()
-        for p in self.target.parameters():
-            p.requires_grad_(False)
+        self.target = TargetNetwork(model)
         self.updates = 0  # learner steps, for the target network's period
         self.store: Any = None
 
@@ -223,7 +221,7 @@ class R2D2(Agent):
             yield self.store.sample(self.sequences_per_minibatch(self.cfg), version)
 
     def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
-        cfg, model, target = self.cfg, self.model, self.target
+        cfg, model, target = self.cfg, self.model, self.target.net
         Bn = cfg.burn_in
         n, L = mb["rewards"].shape
         T = L - Bn
@@ -255,21 +253,12 @@ class R2D2(Agent):
         q_taken = q[:, :T].gather(2, actions.unsqueeze(2)).squeeze(2)
         td = td_errors(q_taken, targets.targets)
         loss = r2d2_loss(td, valids, mb["weights"])
-        if not bool(torch.isfinite(loss.loss)):
-            raise NonFiniteBatch("loss")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.loss.backward()
-        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        if not bool(torch.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteBatch("gradients")
-        self.optimizer.step()
+        grad_norm = gradient_step(loss.loss, self.optimizer, model.parameters(), max_grad_norm=cfg.max_grad_norm)
         priorities = sequence_priorities(loss.td_abs, valids, cfg.priority_eta)
         self.store.update_priorities(mb["ids"], priorities)
         self.updates += 1
         if self.updates % cfg.target_update_period == 0:
-            self.target.load_state_dict(model.state_dict())
+            self.target.hard_update(model)
         v = valids.float()
         count = v.sum().clamp(min=1.0)
         stats = {"loss/total": loss.loss.item(), "loss/td": loss.loss.item(),
@@ -293,10 +282,8 @@ class R2D2(Agent):
     def load_learning_state(self, state: Mapping[str, Any]) -> None:
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
-        if "target_model" in state:
-            self.target.load_state_dict(state["target_model"])
-        else:  # no target network saved: start it as the loaded online weights
-            self.target.load_state_dict(self.model.state_dict())
+        # no target network saved: it starts as the loaded online weights
+        self.target.load_state_dict(state.get("target_model"), self.model)
         self.updates = int(state.get("target_updates", self.updates))
 
     def apply_params(self, params: Mapping[str, Any]) -> None:

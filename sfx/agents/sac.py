@@ -38,15 +38,15 @@ The math is :mod:`sfx.algo.sac`'s; names and defaults follow the SAC paper and S
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 from typing import Any, Iterator, Mapping
 
 import torch
 
-from sfx.agents.base import Acted, ActingRule, Agent, Batch, NonFiniteBatch
+from sfx.agents.base import Acted, ActingRule, Agent, Batch
+from sfx.agents.kit import TargetNetwork, gradient_step
 from sfx.algo.sac import (SquashedGaussian, actor_loss, clipped_double_q_target, critic_loss, default_target_entropy,
-                          polyak_update_, temperature_loss)
+                          temperature_loss)
 from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 
@@ -241,9 +241,7 @@ class SAC(Agent):
         self.alpha_optimizer = fused_adam([self.log_alpha], lr=cfg.alpha_learning_rate, betas=betas)
         self.critic_params = [p for p in model.critic.parameters() if p.requires_grad]
         self.actor_params = [p for p in model.actor.parameters() if p.requires_grad]
-        self.target_critic = copy.deepcopy(model.critic)
-        for p in self.target_critic.parameters():
-            p.requires_grad_(False)
+        self.target_critic = TargetNetwork(model.critic)
         self.unit = torch.ones(model.action_dim, device=device)
         self.target_entropy = (default_target_entropy(model.action_dim) if cfg.target_entropy is None
                                else float(cfg.target_entropy))
@@ -288,20 +286,6 @@ class SAC(Agent):
         self.store.refund(k - agreed)
         return agreed
 
-    def _backward(self, loss: torch.Tensor, params: list[torch.Tensor], what: str) -> None:
-        """``loss.backward()`` for ``params`` (their gradients zeroed first); with ranks, the ranks' mean
-        gradient: every rank's minibatch counts alike. A non-finite loss on any rank skips the step on all."""
-        bad = not bool(torch.isfinite(loss))
-        if self.group.any(bad) if self.group is not None else bad:
-            raise NonFiniteBatch(what)
-        for p in params:
-            p.grad = None
-        if self.group is None:
-            loss.backward()
-        else:
-            (loss / self.group.world_size).backward()
-            self.group.sum_gradients(params)
-
     def _dist(self, mean: torch.Tensor, log_std: torch.Tensor) -> SquashedGaussian:
         # the learner's actions are the squashed ones in [-1, 1] (module docstring: units)
         return SquashedGaussian(mean, log_std, -self.unit, self.unit, validate_args=False)
@@ -317,19 +301,19 @@ class SAC(Agent):
         pre = model.preprocess(mb["obs"])
         with torch.no_grad():
             next_pre = model.preprocess(mb["next_obs"])
-            next_features = self.target_critic.features(next_pre.x)
+            next_features = self.target_critic.net.features(next_pre.x)
             # the next action from the current policy (its features: the online encoder's, as when acting)
             next_dist = self._dist(*model.policy(next_pre))
             next_sample = next_dist.rsample(self.generator)
-            nq1, nq2 = model.q_values(next_pre, next_sample.action, next_features, critic=self.target_critic)
+            nq1, nq2 = model.q_values(next_pre, next_sample.action, next_features, critic=self.target_critic.net)
             zeros = torch.zeros_like(mb["rewards"], dtype=torch.bool)
             y = clipped_double_q_target(mb["rewards"], zeros, zeros, nq1, nq2, next_sample.log_prob, alpha,
                                         cfg.gamma, discounts=mb["discounts"])
         features = model.critic.features(pre.x)
         q1, q2 = model.q_values(pre, self.unit_actions(mb["actions"]), features)
         closs = critic_loss(q1, q2, y)
-        self._backward(closs.loss, self.critic_params, "critic loss")
-        self.critic_optimizer.step()
+        # no gradient clipping (the paper's and SB3's); with ranks, every rank's minibatch counts alike
+        gradient_step(closs.loss, self.critic_optimizer, self.critic_params, "critic loss", group=self.group)
 
         # the actor: through the critics' inputs only (their weights are frozen for this pass, so its backward
         # computes no weight gradients for them: ~10% of a step's matrix products), features detached
@@ -343,16 +327,14 @@ class SAC(Agent):
             for p in self.critic_params:
                 p.requires_grad_(True)
         aloss = actor_loss(sample.log_prob, q1_pi, q2_pi, alpha)
-        self._backward(aloss, self.actor_params, "actor loss")
-        self.actor_optimizer.step()
+        gradient_step(aloss, self.actor_optimizer, self.actor_params, "actor loss", group=self.group)
 
         stats: dict[str, float] = {}
         if cfg.sac_alpha is None:
             tloss = temperature_loss(self.log_alpha, sample.log_prob, self.target_entropy)
-            self._backward(tloss, [self.log_alpha], "temperature loss")
-            self.alpha_optimizer.step()
+            gradient_step(tloss, self.alpha_optimizer, [self.log_alpha], "temperature loss", group=self.group)
             stats["loss/alpha"] = tloss.item()
-        polyak_update_(self.target_critic, model.critic, cfg.tau)
+        self.target_critic.polyak_update(model.critic, cfg.tau)
         stats.update({"loss/critic": closs.loss.item(), "loss/q1": closs.q1_loss.item(),
                       "loss/q2": closs.q2_loss.item(), "loss/actor": aloss.item(),
                       "q1_mean": float(q1.detach().mean()), "q2_mean": float(q2.detach().mean()),
@@ -376,10 +358,8 @@ class SAC(Agent):
                          ("alpha_optimizer", self.alpha_optimizer)):
             if key in state:
                 opt.load_state_dict(state[key])
-        if "target_critic" in state:
-            self.target_critic.load_state_dict(state["target_critic"])
-        else:  # no target saved: start it as the loaded online critics
-            self.target_critic.load_state_dict(self.model.critic.state_dict())
+        # no target saved: it starts as the loaded online critics
+        self.target_critic.load_state_dict(state.get("target_critic"), self.model.critic)
         if "log_alpha" in state:
             with torch.no_grad():
                 self.log_alpha.copy_(torch.as_tensor(state["log_alpha"]).to(self.log_alpha.device))
