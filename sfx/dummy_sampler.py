@@ -93,8 +93,11 @@ class StepTimes:
     envs' rows, the sampler's main process reads them (a slightly stale read is fine for a report)."""
 
     def __init__(self, num_envs: int) -> None:
-        self.counts = torch.zeros((num_envs, NUM_STEP_TIME_BINS), dtype=torch.int64).share_memory_()
-        self.totals = torch.zeros((num_envs, 2), dtype=torch.float64).share_memory_()  # [sum, max] seconds
+        from sfx.engine.shared_arena import SharedArena
+
+        arena = SharedArena()
+        self.counts = arena.tensor((num_envs, NUM_STEP_TIME_BINS), torch.int64)
+        self.totals = arena.tensor((num_envs, 2), torch.float64)  # [sum, max] seconds
 
     def summary(self, envs: slice | list[int] = slice(None)) -> dict:
         counts = self.counts.numpy()[envs]

@@ -1,7 +1,9 @@
 """Shared-memory buffers: trajectory slots per policy, per-agent scratch rows, published weights.
 
-All tensors here are allocated once by the coordinator with ``share_memory_()`` before any worker
-starts, and handed to the workers at spawn time. After that only integer indices travel on queues.
+All tensors here are carved once by the coordinator from the run's shared-memory arena
+(:class:`~sfx.engine.shared_arena.SharedArena`: one descriptor for all of them, whatever their number)
+before any worker starts, and handed to the workers at spawn time. After that only integer indices
+travel on queues. Without an ``arena`` argument a function makes its own (tests, benches).
 
 Trajectory slot lifecycle (one pool per policy, so routing is per policy from day one)::
 
@@ -26,6 +28,7 @@ import numpy as np
 import torch
 
 from sfx.agents.base import FieldSpec, tree_map
+from sfx.engine.shared_arena import SharedArena
 
 
 def torch_dtype(np_dtype) -> torch.dtype:
@@ -77,25 +80,24 @@ class TrajectoryBuffers:
 ObsSpec = dict[str, tuple[tuple[int, ...], Any]]  # key -> (shape, numpy dtype), see sfx.models.obs
 
 
-def _shared_obs(leading: tuple, spec: ObsSpec) -> dict[str, torch.Tensor]:
-    return {k: torch.zeros((*leading, *shape), dtype=torch_dtype(dtype)).share_memory_()
-            for k, (shape, dtype) in spec.items()}
+def _shared_obs(arena: SharedArena, leading: tuple, spec: ObsSpec) -> dict[str, torch.Tensor]:
+    return {k: arena.tensor((*leading, *shape), torch_dtype(dtype)) for k, (shape, dtype) in spec.items()}
 
 
 def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_size: int, action_dim: int,
                                 agent_fields: Mapping[str, FieldSpec] | None = None,
-                                memory_shape: tuple[int, int] = (0, 0), final_obs: bool = False) -> TrajectoryBuffers:
+                                memory_shape: tuple[int, int] = (0, 0), final_obs: bool = False,
+                                arena: SharedArena | None = None) -> TrajectoryBuffers:
     """Allocate one policy's slots in shared memory; ``obs`` is :func:`sfx.models.obs.obs_spec`;
     ``agent_fields``: the acting rule's per-step fields (``ActingRule.fields``); ``memory_shape``:
     ``(memory_len, memory_width)`` of the model's core (see sfx.models.MemoryCore); ``final_obs``: keep the
     final observation of time-limit steps (``ActingRule.stores_final_obs``)."""
     n, t = num_slots, rollout
-
-    def z(shape, dtype=torch.float32):
-        return torch.zeros(shape, dtype=dtype).share_memory_()
+    arena = arena if arena is not None else SharedArena()
+    z = arena.tensor
 
     return TrajectoryBuffers(
-        obs=_shared_obs((n, t + 1), obs),
+        obs=_shared_obs(arena, (n, t + 1), obs),
         rnn_states=z((n, t + 1, rnn_size)),
         actions=z((n, t, action_dim)),
         rewards=z((n, t)),
@@ -106,7 +108,7 @@ def allocate_trajectory_buffers(num_slots: int, rollout: int, obs: ObsSpec, rnn_
         task=z((n,), torch.int64),
         memory=z((n, *memory_shape)),
         fields={name: z((n, t, *spec.shape), spec.dtype) for name, spec in (agent_fields or {}).items()},
-        final_obs=_shared_obs((n, t), obs) if final_obs else None,
+        final_obs=_shared_obs(arena, (n, t), obs) if final_obs else None,
     )
 
 
@@ -126,12 +128,13 @@ class AgentBuffers:
 
 
 def allocate_agent_buffers(num_agents_total: int, obs: ObsSpec, rnn_size: int,
-                           memory_shape: tuple[int, int] = (0, 0)) -> AgentBuffers:
+                           memory_shape: tuple[int, int] = (0, 0), arena: SharedArena | None = None) -> AgentBuffers:
+    arena = arena if arena is not None else SharedArena()
     return AgentBuffers(
-        final_obs=_shared_obs((num_agents_total,), obs),
-        final_rnn=torch.zeros((num_agents_total, rnn_size)).share_memory_(),
-        initial_rnn=torch.zeros(rnn_size).share_memory_(),
-        memory=torch.zeros((num_agents_total, *memory_shape)).share_memory_(),
+        final_obs=_shared_obs(arena, (num_agents_total,), obs),
+        final_rnn=arena.tensor((num_agents_total, rnn_size)),
+        initial_rnn=arena.tensor(rnn_size),
+        memory=arena.tensor((num_agents_total, *memory_shape)),
     )
 
 
@@ -172,13 +175,15 @@ class CollectionGate:
     finished and sent, and some learner has its whole batch.
     """
 
-    def __init__(self, num_policies: int, num_workers: int, batches_ahead: int) -> None:
+    def __init__(self, num_policies: int, num_workers: int, batches_ahead: int,
+                 arena: SharedArena | None = None) -> None:
         if batches_ahead < 1:
             raise ValueError(f"batches_ahead must be >= 1 for a gate (0 means no gate), got {batches_ahead}")
+        arena = arena if arena is not None else SharedArena()
         self.batches_ahead = int(batches_ahead)
-        self.learners = torch.zeros(num_policies, 2, dtype=torch.int64).share_memory_()  # [taken, per iteration]
-        self.started = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
-        self.lost = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.learners = arena.tensor((num_policies, 2), torch.int64)  # [taken, per iteration]
+        self.started = arena.tensor(num_workers, torch.int64)
+        self.lost = arena.tensor(1, torch.int64)
 
     # learners
     def set_per_iteration(self, policy: int, per_iteration: int) -> None:
@@ -218,10 +223,11 @@ class WeightsBuffer:
     again on its next batch.
     """
 
-    def __init__(self, num_floats: int) -> None:
-        self.flat = torch.zeros(num_floats, dtype=torch.float32).share_memory_()
+    def __init__(self, num_floats: int, arena: SharedArena | None = None) -> None:
+        arena = arena if arena is not None else SharedArena()
+        self.flat = arena.tensor(num_floats, torch.float32)
         # [sequence, policy_version]
-        self.meta = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self.meta = arena.tensor(2, torch.int64)
 
     @staticmethod
     def state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -232,8 +238,8 @@ class WeightsBuffer:
                 if t.is_floating_point() and not (skip and name.startswith(skip))]
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module) -> "WeightsBuffer":
-        return cls(sum(t.numel() for t in cls.state_tensors(model)))
+    def for_model(cls, model: torch.nn.Module, arena: SharedArena | None = None) -> "WeightsBuffer":
+        return cls(sum(t.numel() for t in cls.state_tensors(model)), arena)
 
     @property
     def version(self) -> int:

@@ -210,6 +210,9 @@ def run_training(cfg: Any) -> dict:
         # ConfigError when /dev/shm is too small
         w = wire(cfg, env_info, model, serial=cfg.serial_mode, largest_batch_size=largest_batch_size(cfg),
                  ranks=ranks if ranks.is_distributed else None)
+        runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
+        if isinstance(runtime, ProcessRuntime):
+            runtime.check_start()
     except ConfigError as e:
         if meeting is not None:
             meeting.agree("checks", str(e))  # the other ranks end now, naming this rank
@@ -221,7 +224,6 @@ def run_training(cfg: Any) -> dict:
     if done_path(cfg).exists():
         done_path(cfg).unlink()  # a resumed run is not done until it finishes again
     save_cfg(cfg)
-    runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
 
     reporter = TrainingReporter(cfg, runtime.pids, world_size=ranks.world_size, task_names=env_info.task_names,
                                 main_rank=ranks.is_main)

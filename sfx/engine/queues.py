@@ -27,8 +27,11 @@ Full = queue.Full
 DEFAULT_QUEUE_BYTES = 8 * 1024 * 1024
 
 
-def make_process_queue(max_size_bytes: int = DEFAULT_QUEUE_BYTES) -> faster_fifo.Queue:
-    """A queue that can be handed to a spawned process."""
+def make_process_queue(max_size_bytes: int = DEFAULT_QUEUE_BYTES, arena: Any = None) -> faster_fifo.Queue:
+    """A queue that can be handed to a spawned process; in ``arena``
+    (:class:`~sfx.engine.shared_arena.SharedArena`) where given, so it travels without a descriptor of its own."""
+    if arena is not None:
+        return arena.queue(max_size_bytes)
     return faster_fifo.Queue(max_size_bytes=max_size_bytes)
 
 
@@ -96,12 +99,16 @@ class SwitchableQueue:
     protocols above tolerate that (requests are resent, answers carry a generation).
     """
 
-    def __init__(self, make_queue, spares: int = 0) -> None:
+    def __init__(self, make_queue, spares: int = 0, arena: Any = None) -> None:
+        import ctypes
         import multiprocessing
 
         self.queues = [make_queue() for _ in range(spares + 1)]
-        # a plain shared int: RawValue travels to spawned processes with the queue objects
-        self._current = multiprocessing.RawValue("i", 0) if spares else None
+        # a plain shared int (in the run's arena where given): travels to spawned processes with the queues
+        if not spares:
+            self._current = None
+        else:
+            self._current = arena.value(ctypes.c_int, 0) if arena is not None else multiprocessing.RawValue("i", 0)
 
     @property
     def current(self) -> Any:

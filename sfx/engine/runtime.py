@@ -26,6 +26,7 @@ from sfx.engine.data_parallel import RankLost
 from sfx.engine.protocol import ERROR, RANK_LOST, RESEND, STOPPED
 from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - re-exported
 from sfx.engine.component import ComponentSpec
+from sfx.engine.shared_arena import SharedArena, check_descriptors, descriptors_passed
 from sfx.engine.wiring import Wiring
 
 log = logging.getLogger(__name__)
@@ -168,9 +169,11 @@ class ProcessRuntime:
         self.ctx = torch.multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["sfx.engine.runtime", "sfx.models", "sfx.envs", "gymnasium"])
         # a flag in shared memory rather than an Event: an Event is a named POSIX semaphore
-        # in /dev/shm that stays there until the garbage collector finalizes it
-        self.stop_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
-        self.heartbeats = torch.zeros(len(w.components), dtype=torch.float64).share_memory_()
+        # in /dev/shm that stays there until the garbage collector finalizes it; in the run's arena, so
+        # they travel with the rest on its descriptor
+        arena = w.arena if w.arena is not None else SharedArena()
+        self.stop_flag = arena.tensor(1, torch.uint8)
+        self.heartbeats = arena.tensor(len(w.components), torch.float64)
         self.specs: dict[str, ComponentSpec] = {s.name: s for s in w.components}
         self.procs: dict[str, Any] = {}
         self.launched: dict[str, float] = {}
@@ -179,18 +182,32 @@ class ProcessRuntime:
     def start(self) -> None:
         # the coordinator never reads the report queue itself: a killed component may have left it locked
         self.reports = QueuePump(self.w.report_queue)
+        # the forkserver sends a child everything it inherits in one message: one line before any start rather
+        # than an OSError from inside multiprocessing (the coordinator checks earlier, before cfg.json is written)
+        self.check_start()
         for spec in self.w.components:
             self._launch(spec)
 
     def _launch(self, spec: ComponentSpec) -> None:
         i = self.w.components.index(spec)
         self.heartbeats[i] = 0.0  # no beat yet: the startup grace period applies
-        p = self.ctx.Process(target=_component_main, name=spec.name,
-                             args=(self.w, spec, i, self.heartbeats, self.stop_flag, os.getpid(),
-                                   self.restarts.get(spec.name, 0)))
+        p = self.ctx.Process(target=_component_main, name=spec.name, args=self.child_args(spec))
         self.launched[spec.name] = time.time()
         p.start()
         self.procs[spec.name] = p
+
+    def check_start(self) -> None:
+        """ConfigError (one line) when some component's process could not be started: it would receive more
+        descriptors than Linux passes to a new process (see :func:`~sfx.engine.shared_arena.check_descriptors`)."""
+        # every child receives the whole wiring, so one of each role says it for all
+        for spec in {s.role: s for s in self.w.components}.values():
+            check_descriptors(spec.name, descriptors_passed(self.child_args(spec)))
+
+    def child_args(self, spec: ComponentSpec) -> tuple:
+        """What the process of ``spec`` receives (pickled by multiprocessing): the whole wiring, whose shared
+        tensors and queues all live in one arena (see sfx.engine.shared_arena), so a handful of descriptors."""
+        i = self.w.components.index(spec)
+        return (self.w, spec, i, self.heartbeats, self.stop_flag, os.getpid(), self.restarts.get(spec.name, 0))
 
     def step(self) -> list:
         return self.reports.get(timeout=0.1)

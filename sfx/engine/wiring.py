@@ -30,8 +30,9 @@ from sfx.agents import Agent, find_agent
 from sfx.engine.buffers import (AgentBuffers, CollectionGate, TrajectoryBuffers, WeightsBuffer,
                                 allocate_agent_buffers, allocate_trajectory_buffers, num_trajectory_slots)
 from sfx.engine.component import ComponentSpec
-from sfx.engine.queues import LocalQueue, SwitchableQueue, make_process_queue
+from sfx.engine.queues import DEFAULT_QUEUE_BYTES, LocalQueue, SwitchableQueue, make_process_queue
 from sfx.engine.resources import check_host_memory, check_shared_memory, trajectory_buffer_bytes
+from sfx.engine.shared_arena import SharedArena
 from sfx.models.device import select_device
 from sfx.models.obs import max_obs_ndim, obs_spec, prev_action_reward_spec
 
@@ -80,6 +81,7 @@ class Wiring:
     eval_queue: Any = None                 # EVALUATE requests -> the evaluator (--eval_every_env_steps > 0)
     agent: type[Agent] | None = None       # --algo's agent (travels to worker processes by reference)
     gate: Any = None                       # CollectionGate (--batches_ahead); None: the slots alone bound sampling
+    arena: Any = None                      # the SharedArena every shared tensor and queue above is carved from
 
     def spec(self, role: str, index: int) -> ComponentSpec:
         for s in self.components:
@@ -137,10 +139,10 @@ def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False
     return max(1, len(os.sched_getaffinity(0)) - cfg.num_workers)
 
 
-def collection_gate(cfg: Any, agent: type[Agent]) -> CollectionGate | None:
+def collection_gate(cfg: Any, agent: type[Agent], arena: SharedArena | None = None) -> CollectionGate | None:
     """The rank's collection gate for ``--batches_ahead`` (-1: the agent's choice), or None for 0."""
     ahead = cfg.batches_ahead if cfg.batches_ahead >= 0 else agent.batches_ahead(cfg)
-    return CollectionGate(cfg.num_policies, cfg.num_workers, ahead) if ahead > 0 else None
+    return CollectionGate(cfg.num_policies, cfg.num_workers, ahead, arena) if ahead > 0 else None
 
 
 def probe_env(cfg: Any) -> EnvInfo:
@@ -280,36 +282,39 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
     if host_bytes:
         check_host_memory(host_bytes, f"the learners' replay buffers ({cfg.num_policies} policies)",
                           "lower the capacities in --replay_parameters (or --rollout, the observation size)")
+    spares = 0 if serial else min(cfg.max_component_restarts, MAX_SPARE_QUEUES)
+    weight_floats = sum(t.numel() for t in WeightsBuffer.state_tensors(model))
+    # one arena for every shared tensor and queue of the run: a process receives one descriptor for all of
+    # them (see sfx.engine.shared_arena); sized for the buffers, the weights and the queue rings (sparse)
+    arena = SharedArena(shm_bytes + cfg.num_policies * 4 * weight_floats
+                        + (0 if serial else _queue_bytes(cfg, spares)) + 2**20)
     traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size, action_shape(action_space),
-                                             rule.fields, memory_shape, rule.stores_final_obs)
+                                             rule.fields, memory_shape, rule.stores_final_obs, arena=arena)
                  for _ in range(cfg.num_policies))
-    agents = allocate_agent_buffers(num_agents_total, spec, rnn_size, memory_shape)
+    agents = allocate_agent_buffers(num_agents_total, spec, rnn_size, memory_shape, arena=arena)
     if model.memory_len:
         memory_mib = 4 * memory_shape[0] * memory_shape[1] * (num_slots * cfg.num_policies + num_agents_total) / 2**20
         log.info("the core's memory (%d steps x %d floats) takes %.0f MiB of shared memory: one per agent and one per "
                  "trajectory slot (%.0f MiB in all)", memory_shape[0], memory_shape[1], memory_mib, shm_bytes / 2**20)
     # the state every episode starts from, as the model's core declares it (zeros for GRU / LSTM)
     agents.initial_rnn.copy_(model.initial_rnn_states(1, torch.device("cpu"))[0])
-    weights = tuple(WeightsBuffer.for_model(model) for _ in range(cfg.num_policies))
+    weights = tuple(WeightsBuffer.for_model(model, arena) for _ in range(cfg.num_policies))
 
-    spares = 0 if serial else min(cfg.max_component_restarts, MAX_SPARE_QUEUES)
-
-    def queue(max_bytes: int | None = None) -> Any:
+    def queue(max_bytes: int = DEFAULT_QUEUE_BYTES) -> Any:
         """A queue whose reader or writers may be killed and restarted: with spares (see SwitchableQueue)."""
         if serial:
             return LocalQueue()
-        return SwitchableQueue(lambda: make_process_queue(max_bytes) if max_bytes else make_process_queue(), spares)
+        return SwitchableQueue(lambda: make_process_queue(max_bytes, arena), spares, arena)
 
     free_slots = []
     for _ in range(cfg.num_policies):
-        q = LocalQueue() if serial else make_process_queue()
+        q = LocalQueue() if serial else make_process_queue(DEFAULT_QUEUE_BYTES, arena)
         q.put_many(list(range(num_slots)))
         free_slots.append(q)
 
     policy_queues = tuple(queue(REQUEST_QUEUE_BYTES) for _ in range(cfg.num_policies))
     w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=tuple(free_slots),
-               slot_owners=tuple(torch.full((num_slots,), -1, dtype=torch.int32).share_memory_()
-                                 for _ in range(cfg.num_policies)),
+               slot_owners=tuple(arena.tensor(num_slots, torch.int32, fill=-1) for _ in range(cfg.num_policies)),
                policy_queues=policy_queues,
                learner_queues=tuple(queue() for _ in range(cfg.num_policies)) if with_learners else policy_queues,
                learner_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_policies)),
@@ -318,10 +323,17 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks,
                eval_queue=(queue(CONTROL_QUEUE_BYTES) if with_learners and cfg.eval_every_env_steps > 0
                            and (ranks is None or ranks.is_main) else None), agent=_portable_agent(agent),
-               gate=collection_gate(cfg, agent) if with_learners and not serial else None)
+               gate=collection_gate(cfg, agent, arena) if with_learners and not serial else None, arena=arena)
     w = dataclasses.replace(w, components=tuple(components(w)))
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w
+
+
+def _queue_bytes(cfg: Any, spares: int) -> int:
+    """The message rings of a run's queues (each switchable queue with its spares), as :func:`wire` makes them."""
+    per_set = (cfg.num_policies * (REQUEST_QUEUE_BYTES + DEFAULT_QUEUE_BYTES + CONTROL_QUEUE_BYTES)
+               + cfg.num_workers * (INBOX_QUEUE_BYTES + CONTROL_QUEUE_BYTES) + DEFAULT_QUEUE_BYTES + CONTROL_QUEUE_BYTES)
+    return (spares + 1) * per_set + cfg.num_policies * DEFAULT_QUEUE_BYTES + 2**20
 
 
 def _portable_family(env_name: str) -> Any:

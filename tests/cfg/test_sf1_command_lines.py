@@ -16,6 +16,7 @@ DeepMind Lab is not installed here: dmlab_ lines parse against the stand-in of t
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
@@ -414,3 +415,51 @@ def test_dummy_sampler_line_runs(tmp_path):
     assert "using --worker_num_splits=1" in out
     assert (tmp_path / "dummy_sampler" / "sf_log.txt").is_file()
     assert took < 60, f"{took:.0f} s"
+
+
+# Sample Factory 1.x trains its VizDoom populations with 8 policies: those lines must start and train, not only
+# parse (a child process once received more shared-memory descriptors than Linux passes at start, see
+# sfx/engine/shared_arena.py, and every run with 8 policies crashed before its first step)
+EIGHT_POLICY_LINES = [x for x in LINES if "--num_policies=8" in x.cmd and not x.unknown_env and not x.pending()]
+RUN_BUDGET_ENV_STEPS = 4096
+
+
+def test_six_published_lines_train_eight_policies():
+    assert len(EIGHT_POLICY_LINES) == 6  # 3 in the README, 3 run descriptions
+
+
+@pytest.mark.slow  # ~15 s each on an idle 2-core machine
+@pytest.mark.parametrize("line", EIGHT_POLICY_LINES, ids=lambda x: x.id)
+def test_eight_policy_line_trains_to_its_budget(line, tmp_path):
+    module, args = sfx_argv(line.cmd)
+    # this machine's scale; a batch of 4 trajectories, so that a policy's first episodes train it within the budget
+    argv = args + ["--num_workers=2", "--num_envs_per_worker=2", "--batch_size=128",
+                   f"--train_for_env_steps={RUN_BUDGET_ENV_STEPS}", f"--train_dir={tmp_path}", "--experiment=line"]
+    proc = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    exp = tmp_path / "line"
+    status = json.loads((exp / "status.json").read_text())
+    assert status["status"] == "done" and status["env_steps"] >= RUN_BUDGET_ENV_STEPS
+    assert (exp / "done").is_file()
+    assert sum(name.startswith("learner_") for name in status["components"]) == 8
+    # every policy saved a checkpoint; some trained (a policy meets the envs only when an episode starts with it)
+    steps = [max(int(p.name.split("_")[1]) for p in (exp / f"checkpoint_p{i}").glob("checkpoint_*.pth"))
+             for i in range(8)]
+    assert max(steps) >= 1, steps
+
+
+@pytest.mark.slow  # ~20 s on an idle 2-core machine
+def test_sixteen_policies_on_cartpole_start_and_all_train(tmp_path):
+    argv = ["--env=gym_CartPole-v1", "--num_policies=16", "--num_workers=2", "--num_envs_per_worker=4",
+            "--batch_size=256", "--train_for_env_steps=16384", f"--train_dir={tmp_path}", "--experiment=p16",
+            "--device=cpu"]
+    proc = subprocess.run([sys.executable, "-m", "sfx.train", *argv], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    exp = tmp_path / "p16"
+    assert json.loads((exp / "status.json").read_text())["env_steps"] >= 16384
+    steps = [max(int(p.name.split("_")[1]) for p in (exp / f"checkpoint_p{i}").glob("checkpoint_*.pth"))
+             for i in range(16)]
+    assert min(steps) >= 1, steps  # CartPole's short episodes reach every policy

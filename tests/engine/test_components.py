@@ -6,6 +6,7 @@ import torch
 
 from sfx.agents import FieldSpec
 from sfx.engine.buffers import WeightsBuffer, allocate_trajectory_buffers, num_trajectory_slots, tree_map
+from sfx.engine.shared_arena import arena_region_of
 from sfx.engine.queues import Empty, LocalQueue, drain, make_process_queue
 from sfx.engine.stats import ThroughputMeter, format_duration
 
@@ -59,7 +60,10 @@ def test_trajectory_buffers_are_shared_and_shaped():
     assert tb.actions.shape == (5, 8, 2) and tb.fields["action_params"].shape == (5, 8, 7)
     leaves = []
     tree_map(leaves.append, tb.tensors())
-    assert len(leaves) == 12 and all(t.is_shared() for t in leaves)  # 2 obs keys, 9 fixed fields, 1 agent field
+    # 2 obs keys, 9 fixed fields, 1 agent field; all in one shared arena but the empty memory (nothing to share)
+    assert len(leaves) == 12
+    regions = [arena_region_of(t) for t in leaves if t.numel()]
+    assert len(regions) == 11 and all(r is not None for r in regions) and len({id(r.chunk) for r in regions}) == 1
     assert tb.task.shape == (5,) and tb.task.dtype == torch.int64  # each trajectory's task
     assert tb.memory.shape == (5, 0, 0)  # no memory core: an empty memory per slot
 
