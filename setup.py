@@ -46,7 +46,9 @@ setup(
         # sfx.enjoy --save_video or a window on those envs, not for training
         "render": ["pygame>=2.1.3"],
         # env families, each optional: a missing one only matters to its own --env names
-        "doom": ["vizdoom>=1.2", "opencv-python-headless"],
+        # vizdoom 1.3 added DoomGame.is_episode_timeout_reached (sfx.envs.doom.env): with 1.2.x every doom env
+        # crashes on its first step
+        "doom": ["vizdoom>=1.3", "opencv-python-headless"],
         "atari": ["ale-py>=0.9", "opencv-python-headless"],
         "mujoco": ["mujoco>=3.0"],
         "minigrid": ["minigrid>=2.3"],
@@ -62,7 +64,7 @@ setup(
         "docs": ["mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8"],
         "test": ["pytest", "pytest-timeout", "pygame>=2.1.3",
                  "mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8",
-                 "vizdoom>=1.2", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
+                 "vizdoom>=1.3", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
                  "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy"],
     },
     classifiers=[
