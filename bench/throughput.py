@@ -1,21 +1,44 @@
 """Throughput side by side, in one run on one doom scenario: the raw env limit, sfx's dummy sampler,
-sfx training and Sample Factory 2.1.1 training.
+sfx training and Sample Factory 2.1.1 training, plus a pipeline-overhead pair on CartPole.
 
-    python -m bench.throughput [--seconds=60] [--env=doom_basic] [--scaling] [--tiny] [--skip_sf]
+    python -m bench.throughput [--seconds=60] [--env=doom_basic] [--device=cpu|gpu] [--episode_len=N]
+                               [--sfx_row NAME="--flag=value ..."]... [--only KEY]... [--scaling] [--tiny]
+                               [--skip_sf] [--train_flags="..."] [-- flags for every sfx doom training]
 
 Measured one after the other, each in fresh processes, on the same scenario and settings
-(``--env``, 128x72 observations, frameskip 4, ``--num_workers`` x ``--num_envs_per_worker``):
+(``--env``, 128x72 observations, frameskip 4, ``--num_workers`` x ``--num_envs_per_worker``); the key of
+each row (for ``--only`` and in throughput.json) in brackets:
 
-1. raw limit: one env per process in as many processes as CPU cores, each pinned to its own core,
+1. raw limit [raw]: one env per process in as many processes as CPU cores, each pinned to its own core,
    stepping with random actions (no queues, no shared memory, nothing else running); and, as a
-   diagnostic, the same with ``--num_envs_per_worker`` envs per process stepped round-robin (what a
-   rollout worker's envs cost without the worker: many game engines share one core's caches);
-2. sfx dummy sampler (``python -m sfx.dummy_sampler``): training's sampling path, random actions;
-3. sfx training: APPO, conv encoder + LSTM, rollout 32, batch 2048, on the CPU (``sfx.train``);
-4. Sample Factory 2.1.1 training with the same settings (``sf_examples.vizdoom.train_vizdoom``),
+   diagnostic [raw_many], the same with ``--num_envs_per_worker`` envs per process stepped round-robin
+   (what a rollout worker's envs cost without the worker: many game engines share one core's caches);
+2. sfx dummy sampler [sampler] (``python -m sfx.dummy_sampler``): training's sampling path, random actions;
+3. with ``--episode_len=N``, both again with every episode cut after N agent steps [raw_len, sampler_len]
+   (``bench/episode_cap.py``: the env in gymnasium's TimeLimit; neither sfx's doom family nor the dummy
+   sampler has such a flag). A trained doom_basic agent ends its episodes in 6-11 steps, a random one in
+   ~47, and every reset costs a few steps: a training compares like with like against these rows at
+   its own episode length (the "ep len" column gives every row's measured mean);
+4. sfx training [sfx]: APPO, conv encoder + LSTM, rollout 32, batch 2048 (``sfx.train``), on
+   ``--device``; flags after ``--`` and ``--train_flags`` go to it (and to the named rows), never to
+   Sample Factory;
+5. named sfx rows [NAME]: ``--sfx_row NAME="--batches_ahead=0"`` (repeatable) is the sfx training again
+   with those flags added, e.g. ``--sfx_row ungated="--batches_ahead=0"``;
+6. Sample Factory 2.1.1 training [sf] with the same settings (``sf_examples.vizdoom.train_vizdoom``),
    from its own venv ``bench/sf_venv`` (``bash bench/setup_sample_factory.sh`` makes it; without
    it this row is reported as skipped);
-5. ratios: sampler / raw and sfx / Sample Factory (and sampler / raw with as many envs per process).
+7. pipeline overhead [overhead = overhead_sampler, overhead_sfx, overhead_sf]: the dummy sampler and
+   both trainings on CartPole-v1 with a model of negligible compute: two fully connected layers of
+   8 units, no RNN (``--hidden_size=8`` in sfx, ``--encoder_mlp_layers 8 8`` in Sample Factory: the
+   same network), GAE (Sample Factory's default), rollout 32, the same workers, envs and batch. Each
+   training's FPS over the sampler's is what the pipeline (inference requests, trajectories, the
+   learner's batches, weight updates, the collection gate) costs: the model's compute is nil and
+   CartPole's step is microseconds. CartPole because both frameworks ship it (Sample Factory's
+   ``sf_examples.train_gym_env`` registers exactly CartPole-v1), it runs on any CPU without VizDoom,
+   and only on a vector observation can both use an MLP: Sample Factory puts its conv encoder on
+   every image, whose compute on a 2-core CPU is the learner's bottleneck, not the pipeline;
+8. ratios: sampler / raw, sfx / Sample Factory (and sampler / raw with as many envs per process), at
+   N-step episodes sampler / raw and each training / sampler, and the pipeline-overhead ratios.
 
 FPS is env frames per second (agent steps x frameskip). The trainings are timed the same way for
 both frameworks: each prints its own cumulative count of frames the learner has consumed
@@ -23,14 +46,22 @@ both frameworks: each prints its own cumulative count of frames the learner has 
 arrives here, and the figure is the least-squares slope through the lines from the first one
 ``--warmup`` seconds after frames first appear to the first one ``--seconds`` later. Then the run is interrupted and its process
 group killed (VizDoom engines included). ``doom_basic`` is the default because both frameworks
-ship it (the same basic.cfg scenario); their ``doom_benchmark`` are different maps.
+ship it (the same basic.cfg scenario); their ``doom_benchmark`` are different maps. Each training's
+mean episode length (agent steps) and policy lag come from its own reports (sfx: the status line;
+Sample Factory: its log's lag and its TensorBoard ``len/len`` in frames, divided by the frameskip).
+
+``--device=gpu`` runs every training (both frameworks, their ``--device`` flag) on the GPU; the GPU's
+name goes into the table's header and throughput.json, and ``nvidia-smi`` samples its utilisation and
+memory through each training's measured window (the "GPU %" column). The raw and sampler rows use no
+model and run on the CPU either way.
 
 ``--scaling`` adds a table of the dummy sampler's FPS against ``--scaling_workers`` and
 ``--scaling_envs``. ``--tiny`` runs everything for a few seconds with small settings (to keep the
 script working; its figures mean little). Results: a table on stdout, ``throughput.json`` and
 ``throughput.png`` (a bar chart; ``throughput_scaling.png`` with ``--scaling``) in ``--out_dir``.
 
-Figures, never pass/fail: the exit code is 0 unless a measurement could not run at all.
+Figures, never pass/fail: the exit code is 0 unless a measurement could not run at all (2 for a bad
+command line).
 """
 
 from __future__ import annotations
@@ -42,13 +73,19 @@ import os
 import platform
 import queue
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
+from bench.episode_cap import MODULE as EPISODE_CAP_MODULE
+from bench.episode_cap import capped_name
 from bench.procs import split_extra, stop_group
 from bench.throughput_common import REPO_ROOT, format_columns, ratio, run_json_child, tail, write_result
 from bench.throughput_common import child_env as common_child_env
@@ -60,24 +97,73 @@ SF_VENV = REPO_ROOT / "bench" / "sf_venv"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SFX_COUNTER = re.compile(r"\| env steps ([\d,]+) ")
 SF_COUNTER = re.compile(r"Total num frames: (\d+)")
+# what else each framework reports beside its frame counter: the last value seen in the window is kept
+SFX_STATS = {"episode_len": re.compile(r"\blen (nan|[\d.]+) lag"), "policy_lag": re.compile(r"\blag (nan|[\d.]+)/")}
+SF_STATS = {"policy_lag": re.compile(r"Policy #0 lag: \(min: [-\d.]+, avg: ([-\d.]+),")}
 # a training that shows no consumed frame by then is reported as failed
 STARTUP_LIMIT_SEC = 420.0
 
+# the pipeline-overhead rows: CartPole-v1, the smallest model both frameworks build the same way
+OVERHEAD_SFX_ENV = "gym_CartPole-v1"
+OVERHEAD_SF_ENV = "CartPole-v1"
+OVERHEAD_WIDTH = 8
+
+FIXED_KEYS = ("raw", "raw_many", "sampler", "raw_len", "sampler_len", "sfx", "sf",
+              "overhead_sampler", "overhead_sfx", "overhead_sf")
+ONLY_GROUPS = {"overhead": ("overhead_sampler", "overhead_sfx", "overhead_sf")}
+ROW_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+class BenchArgError(ValueError):
+    """A bad bench command line (reported as one line, exit code 2)."""
+
+
+def parse_sfx_row(text: str, taken: set[str]) -> tuple[str, list[str]]:
+    """``NAME=--flag=value --other=x`` -> (NAME, [flags]); :class:`BenchArgError` naming what is wrong."""
+    name, sep, flags_text = text.partition("=")
+    name = name.strip()
+    if not sep or not ROW_NAME.match(name):
+        raise BenchArgError(f"--sfx_row {text!r}: give NAME=\"--flag=value ...\" with NAME made of letters, digits, "
+                            f"_ . - (starting with a letter), e.g. --sfx_row ungated=\"--batches_ahead=0\"")
+    if name in FIXED_KEYS or name in ONLY_GROUPS or name in taken:
+        raise BenchArgError(f"--sfx_row {name}: the name is taken (by another row or one of "
+                            f"{', '.join(FIXED_KEYS)}); choose another")
+    try:
+        flags = shlex.split(flags_text)
+    except ValueError as e:
+        raise BenchArgError(f"--sfx_row {name}: cannot split its flags {flags_text!r}: {e}") from None
+    if not flags or any(not f.startswith("--") for f in flags):
+        raise BenchArgError(f"--sfx_row {name}: its flags must be sfx.train flags, each starting with --, "
+                            f"got {flags_text!r}")
+    return name, flags
+
 
 def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    """The bench's own flags (before ``--``) and the extra sfx training flags (after it); a bad value is a
+    :class:`BenchArgError`."""
+    p = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--seconds", type=float, default=60.0, help="measured time of each figure")
     p.add_argument("--warmup", type=float, default=15.0,
                    help="trainings: seconds skipped after the first consumed frames before the measured window")
     p.add_argument("--env", default="doom_basic", help="doom scenario both frameworks know")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="where both frameworks' trainings run (their --device); the raw and sampler rows need none")
     p.add_argument("--num_workers", type=int, default=2, help="rollout workers (sampler and trainings)")
     p.add_argument("--num_envs_per_worker", type=int, default=16)
     p.add_argument("--batch_size", type=int, default=2048)
+    p.add_argument("--episode_len", type=int, default=0,
+                   help="also the raw and sampler rows with every episode cut after this many agent steps "
+                        "(raw_len, sampler_len); 0 = not measured")
+    p.add_argument("--sfx_row", action="append", default=[], metavar='NAME="FLAGS"',
+                   help="one more sfx training row named NAME, with these sfx.train flags added (repeatable)")
+    p.add_argument("--train_flags", default="",
+                   help="sfx.train flags for every sfx doom training row (as after --), e.g. \"--hidden_size=256\"")
     p.add_argument("--raw_processes", type=int, default=0, help="raw limit's processes; 0 = one per CPU core")
     p.add_argument("--raw_envs_per_process", type=int, default=1, help=argparse.SUPPRESS)  # set per row
-    p.add_argument("--only", action="append", choices=["raw", "raw_many", "sampler", "sfx", "sf"],
-                   help="measure only this (repeatable)")
+    p.add_argument("--only", action="append", metavar="KEY",
+                   help=f"measure only this row (repeatable): {', '.join(FIXED_KEYS)}, overhead (its three rows), "
+                        f"rows (every --sfx_row) or a --sfx_row NAME")
     p.add_argument("--skip_sf", action="store_true", help="leave Sample Factory out")
     p.add_argument("--sf_python", default=str(SF_VENV / "bin" / "python"),
                    help="python of the Sample Factory 2.1.1 venv")
@@ -93,7 +179,25 @@ def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--child_result", help=argparse.SUPPRESS)
     argv, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
     args = p.parse_args(argv)
-    args.extra = extra
+    if args.child:
+        args.extra = extra
+        return args
+    try:
+        train_flags = shlex.split(args.train_flags)
+    except ValueError as e:
+        raise BenchArgError(f"--train_flags={args.train_flags!r} cannot be split: {e}") from None
+    args.extra = [*train_flags, *extra]
+    for name, value in (("--seconds", args.seconds), ("--num_workers", args.num_workers),
+                        ("--num_envs_per_worker", args.num_envs_per_worker), ("--batch_size", args.batch_size)):
+        if value <= 0:
+            raise BenchArgError(f"{name}={value:g} must be positive")
+    if args.warmup < 0 or args.episode_len < 0:
+        raise BenchArgError(f"--warmup={args.warmup:g} and --episode_len={args.episode_len} must be >= 0")
+    args.rows = {}
+    for text in args.sfx_row:
+        name, flags = parse_sfx_row(text, set(args.rows))
+        args.rows[name] = flags
+    args.wanted = wanted_keys(args)
     if args.tiny:
         args.seconds = min(args.seconds, 4.0)
         args.warmup = min(args.warmup, 1.0)
@@ -102,13 +206,39 @@ def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def wanted_keys(args: argparse.Namespace) -> list[str]:
+    """The rows to measure, in measuring order (every row of the table; the others are 'not selected')."""
+    every = [*FIXED_KEYS[:6], *args.rows, *FIXED_KEYS[6:]]
+    if not args.only:
+        chosen = set(every) - ({"raw_len", "sampler_len"} if not args.episode_len else set())
+    else:
+        chosen = set()
+        for key in args.only:
+            if key in ONLY_GROUPS:
+                chosen.update(ONLY_GROUPS[key])
+            elif key == "rows":
+                if not args.rows:
+                    raise BenchArgError("--only=rows selects the --sfx_row rows, and none is given")
+                chosen.update(args.rows)
+            elif key in every:
+                chosen.add(key)
+            else:
+                raise BenchArgError(f"--only={key} is not a row: choose from {', '.join(every)}, "
+                                    f"{', '.join(ONLY_GROUPS)}, rows")
+        if {"raw_len", "sampler_len"} & chosen and not args.episode_len:
+            raise BenchArgError("--only=raw_len / sampler_len need --episode_len=N (agent steps per episode)")
+    if args.skip_sf:
+        chosen -= {"sf", "overhead_sf"}
+    return [k for k in every if k in chosen]
+
+
 def env_flags(args: argparse.Namespace) -> list[str]:
     """The scenario and observation settings every sfx measurement uses."""
     return [f"--env={args.env}", "--res_w=128", "--res_h=72", "--env_frameskip=4", "--wide_aspect_ratio=False"]
 
 
 def child_env() -> dict[str, str]:
-    return common_child_env(unbuffered=True)
+    return common_child_env(env_modules=(EPISODE_CAP_MODULE,), unbuffered=True)
 
 
 # --------------------------------------------------------------------------- 1. raw limit
@@ -157,7 +287,8 @@ def _raw_process(index: int, core: int | None, flags: list[str], seconds: float,
         timed = time_random_steps(env, seconds, presample_actions=1024)
     finally:
         env.close()
-    results.put({"steps": timed["steps"], "elapsed": timed["elapsed"], "frames": timed["steps"] * cfg.env_frameskip})
+    results.put({"steps": timed["steps"], "episodes": timed["episodes"], "elapsed": timed["elapsed"],
+                 "frames": timed["steps"] * cfg.env_frameskip})
 
 
 def child_raw(args: argparse.Namespace, flags: list[str]) -> dict:
@@ -178,7 +309,8 @@ def child_raw(args: argparse.Namespace, flags: list[str]) -> dict:
         proc.join(timeout=30)
     fps = sum(o["frames"] / o["elapsed"] for o in outs)
     return {"status": "done", "fps": fps, "processes": n, "envs_per_process": args.raw_envs_per_process,
-            "frames": sum(o["frames"] for o in outs),
+            "frames": sum(o["frames"] for o in outs), "agent_steps": sum(o["steps"] for o in outs),
+            "episodes": sum(o["episodes"] for o in outs),
             "seconds": max(o["elapsed"] for o in outs)}
 
 
@@ -202,28 +334,116 @@ def run_child(kind: str, args: argparse.Namespace, flags: list[str], workdir: Pa
     if run.result is None:
         return {"status": "failed", "fps": float("nan"), "reason": f"exit {run.returncode}",
                 "log": tail(run.log_path, LOG_TAIL_LINES)}
-    return run.result
+    result = run.result
+    # agent steps per finished episode over the whole run (the raw rows: the timed part)
+    result["episode_len"] = ratio(float(result.get("agent_steps", "nan")), float(result.get("episodes", 0)))
+    return result
 
 
-# --------------------------------------------------------------------------- 3./4. trainings
+def capped_flags(args: argparse.Namespace, flags: list[str]) -> list[str]:
+    """``flags`` with the env's episodes cut after ``--episode_len`` agent steps (bench/episode_cap.py)."""
+    return [f"--env={capped_name(f[len('--env='):])}" if f.startswith("--env=") else f for f in flags] + \
+        [f"--bench_cap_steps={args.episode_len}"]
 
-def measure_training(name: str, cmd: list[str], counter: re.Pattern, args: argparse.Namespace, workdir: Path,
-                     env: dict[str, str]) -> dict:
+
+# --------------------------------------------------------------------------- 3.-7. trainings
+
+class GpuMonitor:
+    """``nvidia-smi`` sampling the GPU's utilisation and memory once a second while a training runs;
+    :meth:`summary` averages the samples of a time window. Without nvidia-smi it records nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.samples: list[tuple[float, float, float]] = []  # (monotonic time, utilisation %, memory MiB)
+        self.proc = None
+        exe = shutil.which("nvidia-smi") if enabled else None
+        if exe is None:
+            return
+        self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
+                                      "-l", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                util, mem = (float(x) for x in line.split(",")[:2])
+            except ValueError:
+                continue
+            self.samples.append((time.monotonic(), util, mem))
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+            self.thread.join(timeout=5)
+
+    def summary(self, start: float, end: float) -> dict:
+        window = [(u, m) for t, u, m in self.samples if start <= t <= end]
+        if not window:
+            return {}
+        return {"gpu_util_mean": sum(u for u, _ in window) / len(window), "gpu_util_max": max(u for u, _ in window),
+                "gpu_mem_max_mib": max(m for _, m in window), "gpu_samples": len(window)}
+
+
+def gpu_info() -> dict:
+    """Name, memory and driver of the first CUDA GPU (nvidia-smi, else torch); {} when there is none."""
+    exe = shutil.which("nvidia-smi")
+    if exe:
+        try:
+            out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            out = []
+        if out:
+            name, memory, driver = [x.strip() for x in out[0].split(",")[:3]]
+            return {"name": name, "memory": memory, "driver": driver, "count": len(out)}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
+    except ImportError:
+        pass
+    return {}
+
+
+@dataclass
+class Training:
+    """A training command and how to read its log."""
+
+    name: str  # also its log file and run folder in the work folder
+    cmd: list[str]
+    counter: re.Pattern  # its cumulative count of consumed frames
+    env: dict[str, str]
+    stats: dict[str, re.Pattern] = field(default_factory=dict)  # more numbers its reports carry
+    after: Callable[[Path], dict] | None = None  # reads more figures from its run folder when it is over
+
+
+def measure_training(training: Training, args: argparse.Namespace, workdir: Path) -> dict:
     """Run a training command, time-stamp its cumulative frame counter lines as they arrive and
     return the slope over the measured window; then interrupt it and kill its process group."""
-    log_path = workdir / f"{name}.log"
+    log_path = workdir / f"{training.name}.log"
     lines: queue.Queue = queue.Queue()
-    run_dir = workdir / name
+    stats: dict[str, float] = {}
+    run_dir = workdir / training.name
     run_dir.mkdir()  # VizDoom writes _vizdoom.ini and _vizdoom/ into the working directory
-    proc = subprocess.Popen(cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, text=True, errors="replace", bufsize=1)
+    gpu = GpuMonitor(args.device == "gpu")
+    proc = subprocess.Popen(training.cmd, cwd=run_dir, env=training.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace", bufsize=1)
+    window_open = threading.Event()
 
     def read() -> None:
         with open(log_path, "w") as log:
             for line in proc.stdout:
                 now = time.monotonic()
                 log.write(line)
-                m = counter.search(ANSI.sub("", line))
+                clean = ANSI.sub("", line)
+                if window_open.is_set():
+                    for key, pattern in training.stats.items():
+                        m = pattern.search(clean)
+                        if m:
+                            stats[key] = float(m.group(1))
+                m = training.counter.search(clean)
                 if m:
                     lines.put((now, int(m.group(1).replace(",", ""))))
         lines.put(None)
@@ -250,6 +470,7 @@ def measure_training(name: str, cmd: list[str], counter: re.Pattern, args: argpa
                     first = (t, frames)
                 if first is not None and start is None and t >= first[0] + args.warmup:
                     start = (t, frames)
+                    window_open.set()
                 if start is not None:
                     window.append((t, frames))
                 if start is not None and t >= start[0] + args.seconds:
@@ -264,11 +485,15 @@ def measure_training(name: str, cmd: list[str], counter: re.Pattern, args: argpa
     finally:
         stop_group(proc)
         reader.join(timeout=10)
+        gpu.stop()
     if end is None:
         return {"status": "failed", "fps": float("nan"), "reason": reason, "log": tail(log_path, LOG_TAIL_LINES)}
-    return {"status": "done", "fps": slope(window), "fps_endpoints": (end[1] - start[1]) / (end[0] - start[0]),
-            "frames": end[1] - start[1], "seconds": end[0] - start[0], "startup_sec": first[0] - started,
-            "counter_lines": len(window)}
+    result = {"status": "done", "fps": slope(window), "fps_endpoints": (end[1] - start[1]) / (end[0] - start[0]),
+              "frames": end[1] - start[1], "seconds": end[0] - start[0], "startup_sec": first[0] - started,
+              "counter_lines": len(window), "command": training.cmd, **stats, **gpu.summary(start[0], end[0])}
+    if training.after is not None:
+        result.update(training.after(run_dir))
+    return result
 
 
 def slope(points: list[tuple[float, int]]) -> float:
@@ -282,33 +507,103 @@ def slope(points: list[tuple[float, int]]) -> float:
     return sum((t - mt) * (f - mf) for t, f in points) / var if var > 0 else float("nan")
 
 
+def run_flags(args: argparse.Namespace) -> list[str]:
+    """How long and where every training runs (the bench stops it; flag names shared by both frameworks)."""
+    return [f"--device={args.device}", "--set_workers_cpu_affinity=True", "--train_for_seconds=100000",
+            "--save_every_sec=100000"]
+
+
 def training_flags(args: argparse.Namespace) -> list[str]:
-    """Settings both trainings share (flag names are the same in sfx and Sample Factory 2)."""
+    """Settings both doom trainings share (flag names are the same in sfx and Sample Factory 2)."""
     return [f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs_per_worker}",
             "--worker_num_splits=2", "--rollout=32", "--recurrence=32", f"--batch_size={args.batch_size}",
-            "--use_rnn=True", "--rnn_type=lstm", "--device=cpu", "--res_w=128", "--res_h=72",
-            "--env_frameskip=4", "--wide_aspect_ratio=False", "--set_workers_cpu_affinity=True",
-            "--train_for_seconds=100000", "--save_every_sec=100000", f"--env={args.env}"]
+            "--use_rnn=True", "--rnn_type=lstm", "--res_w=128", "--res_h=72",
+            "--env_frameskip=4", "--wide_aspect_ratio=False", *run_flags(args), f"--env={args.env}"]
 
 
-def measure_sfx_training(args: argparse.Namespace, workdir: Path) -> dict:
+def overhead_flags(args: argparse.Namespace) -> list[str]:
+    """Settings both pipeline-overhead trainings share: CartPole, no RNN, GAE, the bench's workers/envs/batch."""
+    return [f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs_per_worker}",
+            "--worker_num_splits=2", "--rollout=32", "--recurrence=1", f"--batch_size={args.batch_size}",
+            "--use_rnn=False", "--with_vtrace=False", *run_flags(args)]
+
+
+def sfx_training(args: argparse.Namespace, workdir: Path, name: str, row_flags: list[str]) -> Training:
+    """The sfx doom training: the shared settings, conv + LSTM 512, then ``--`` / ``--train_flags``, then the row's."""
     cmd = [sys.executable, "-m", "sfx.train", *training_flags(args), "--hidden_size=512",
-           f"--train_dir={workdir / 'train_dir'}", "--experiment=bench_sfx", "--report_every_sec=5", *args.extra]
-    return measure_training("sfx_train", cmd, SFX_COUNTER, args, workdir, child_env())
+           f"--train_dir={workdir / 'train_dir'}", f"--experiment=bench_{name}", "--report_every_sec=5",
+           *args.extra, *row_flags]
+    return Training(name, cmd, SFX_COUNTER, child_env(), SFX_STATS)
 
 
-def measure_sf_training(args: argparse.Namespace, workdir: Path) -> dict:
-    if not Path(args.sf_python).exists():
-        return {"status": "skipped", "fps": float("nan"),
-                "reason": f"no Sample Factory venv at {Path(args.sf_python).parent.parent} "
-                          f"(bash bench/setup_sample_factory.sh makes it)"}
-    # Sample Factory 2's defaults for the rest: conv encoder (convnet_simple) + 512-wide core, as sfx's
-    cmd = [args.sf_python, "-m", "sf_examples.vizdoom.train_vizdoom", *training_flags(args),
-           f"--train_dir={workdir / 'sf_train_dir'}", "--experiment=bench_sf", "--with_wandb=False"]
+def sf_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PYTHONUNBUFFERED"] = "1"
     env["WANDB_MODE"] = "disabled"
-    return measure_training("sf_train", cmd, SF_COUNTER, args, workdir, env)
+    return env
+
+
+def sf_episode_len(experiment: Path, frameskip: int) -> Callable[[Path], dict]:
+    """Reads Sample Factory's mean episode length from its TensorBoard ``len/len`` (frames: its
+    ``--summaries_use_frameskip`` default) as agent steps, once the run is over."""
+
+    def read(_: Path) -> dict:
+        from bench.learning import read_events
+
+        points = read_events(experiment / ".summary" / "0").get("len/len", [])
+        return {"episode_len": points[-1][2] / frameskip} if points else {}
+
+    return read
+
+
+def sf_training(args: argparse.Namespace, workdir: Path) -> Training:
+    # Sample Factory 2's defaults for the rest: conv encoder (convnet_simple) + 512-wide core, as sfx's
+    train_dir = workdir / "sf_train_dir"
+    cmd = [args.sf_python, "-m", "sf_examples.vizdoom.train_vizdoom", *training_flags(args),
+           f"--train_dir={train_dir}", "--experiment=bench_sf", "--with_wandb=False"]
+    return Training("sf_train", cmd, SF_COUNTER, sf_env(), SF_STATS, sf_episode_len(train_dir / "bench_sf", 4))
+
+
+def overhead_sfx_training(args: argparse.Namespace, workdir: Path) -> Training:
+    cmd = [sys.executable, "-m", "sfx.train", f"--env={OVERHEAD_SFX_ENV}", *overhead_flags(args),
+           f"--hidden_size={OVERHEAD_WIDTH}", f"--train_dir={workdir / 'train_dir'}", "--experiment=bench_overhead",
+           "--report_every_sec=5"]
+    return Training("overhead_sfx", cmd, SFX_COUNTER, child_env(), SFX_STATS)
+
+
+def overhead_sf_training(args: argparse.Namespace, workdir: Path) -> Training:
+    train_dir = workdir / "sf_train_dir"
+    cmd = [args.sf_python, "-m", "sf_examples.train_gym_env", f"--env={OVERHEAD_SF_ENV}", *overhead_flags(args),
+           "--encoder_mlp_layers", str(OVERHEAD_WIDTH), str(OVERHEAD_WIDTH), f"--train_dir={train_dir}",
+           "--experiment=bench_overhead", "--with_wandb=False"]
+    return Training("overhead_sf", cmd, SF_COUNTER, sf_env(), SF_STATS,
+                    sf_episode_len(train_dir / "bench_overhead", 1))
+
+
+def overhead_sampler_flags(args: argparse.Namespace) -> list[str]:
+    """The dummy sampler on the overhead trainings' env and settings (its slots sized by the same model)."""
+    return [f"--env={OVERHEAD_SFX_ENV}", f"--num_workers={args.num_workers}",
+            f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2", "--rollout=32",
+            f"--batch_size={args.batch_size}", "--use_rnn=False", f"--hidden_size={OVERHEAD_WIDTH}",
+            "--set_workers_cpu_affinity=True"]
+
+
+def sf_missing(args: argparse.Namespace) -> dict | None:
+    """The skipped result of a Sample Factory row when its venv is missing, else None."""
+    if Path(args.sf_python).exists():
+        return None
+    return {"status": "skipped", "fps": float("nan"),
+            "reason": f"no Sample Factory venv at {Path(args.sf_python).parent.parent} "
+                      f"(bash bench/setup_sample_factory.sh makes it)"}
+
+
+def measure_sfx_training(args: argparse.Namespace, workdir: Path, name: str = "sfx",
+                         row_flags: list[str] | None = None) -> dict:
+    return measure_training(sfx_training(args, workdir, name, row_flags or []), args, workdir)
+
+
+def measure_sf_training(args: argparse.Namespace, workdir: Path) -> dict:
+    return sf_missing(args) or measure_training(sf_training(args, workdir), args, workdir)
 
 
 # --------------------------------------------------------------------------- report
@@ -317,12 +612,21 @@ def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "-"
 
 
+def _fmt(x: object, spec: str) -> str:
+    return format(x, spec) if isinstance(x, (int, float)) and x == x else "-"
+
+
 def format_table(rows: list[tuple[str, dict]]) -> str:
-    lines = [("measurement", "FPS", "status")]
+    """One line per measurement: FPS, mean episode length (agent steps), policy lag, (on a GPU) its mean
+    utilisation over the window, and the status."""
+    with_gpu = any("gpu_util_mean" in r for _, r in rows)
+    lines = [("measurement", "FPS", "ep len", "lag", *(["GPU %"] if with_gpu else []), "status")]
     for label, r in rows:
         status = r["status"] if r["status"] == "done" else f"{r['status']}: {r.get('reason', '')}"
-        lines.append((label, fmt_fps(r["fps"]), status))
-    return format_columns(lines, "lrl")
+        gpu = [_fmt(r.get("gpu_util_mean"), ".0f")] if with_gpu else []
+        lines.append((label, fmt_fps(r["fps"]), _fmt(r.get("episode_len"), ".1f"), _fmt(r.get("policy_lag"), ".1f"),
+                      *gpu, status))
+    return format_columns(lines, "lrrr" + ("r" if with_gpu else "") + "l")
 
 
 def format_scaling(points: dict, workers: list[int], envs: list[int]) -> str:
@@ -331,22 +635,31 @@ def format_scaling(points: dict, workers: list[int], envs: list[int]) -> str:
     return format_columns(lines, "r" * len(header), rule=False)
 
 
+def _bar_color(key: str) -> str:
+    if key.startswith("raw"):
+        return "#888888"
+    if "sampler" in key:
+        return "#bbbbbb"
+    if key in ("sf", "overhead_sf"):
+        return "#55a868"
+    return "#4c72b0"  # sfx trainings, the named rows included
+
+
 def plot(rows: list[tuple[str, dict]], title: str, path: Path) -> None:
+    """A bar per row, labelled by its key (``raw``, ``sampler``, ``sfx``, a --sfx_row name ...)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [label.split(":")[0].split(",")[0].replace("raw", "raw, many envs") if "round-robin" in label
-              else label.split(":")[0] for label, _ in rows]
     values = [r["fps"] if r["fps"] == r["fps"] else 0.0 for _, r in rows]
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    bars = ax.bar(range(len(rows)), values, color=["#888888", "#bbbbbb", "#4c72b0", "#55a868", "#c44e52"][:len(rows)])
+    fig, ax = plt.subplots(figsize=(max(9.0, 1.1 * len(rows)), 4.8))
+    bars = ax.bar(range(len(rows)), values, color=[_bar_color(key) for key, _ in rows])
     for bar, (_, r) in zip(bars, rows):
         text = fmt_fps(r["fps"]) if r["status"] == "done" else r["status"]
         ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                    xytext=(0, 3), textcoords="offset points")
-    ax.set_xticks(range(len(rows)), labels, fontsize=9)
+                    xytext=(0, 3), textcoords="offset points", fontsize=8)
+    ax.set_xticks(range(len(rows)), [key.replace("_", "\n", 1) for key, _ in rows], fontsize=8)
     ax.set_ylabel("env frames per second")
     ax.set_title(title, fontsize=10)
     ax.margins(y=0.15)
@@ -376,48 +689,117 @@ def plot_scaling(points: dict, workers: list[int], envs: list[int], title: str, 
     plt.close(fig)
 
 
+def compute_ratios(results: dict[str, dict], row_names: list[str]) -> dict[str, float]:
+    """Every ratio the summary reports (NaN where a figure is missing)."""
+    fps = {k: float(v["fps"]) for k, v in results.items()}
+    nan = float("nan")
+    out = {"sampler_over_raw": ratio(fps["sampler"], fps["raw"]),
+           "sfx_over_sample_factory": ratio(fps["sfx"], fps["sf"]),
+           "sampler_over_raw_many_envs": ratio(fps["sampler"], fps["raw_many"]),
+           "sampler_len_over_raw_len": ratio(fps["sampler_len"], fps["raw_len"]),
+           "overhead_sfx": ratio(fps["overhead_sfx"], fps["overhead_sampler"]),
+           "overhead_sf": ratio(fps["overhead_sf"], fps["overhead_sampler"])}
+    for key in ["sfx", *row_names, "sf"]:
+        out[f"{key}_over_sampler_len"] = ratio(fps.get(key, nan), fps["sampler_len"])
+    for name in row_names:
+        out[f"{name}_over_sample_factory"] = ratio(fps[name], fps["sf"])
+        out[f"{name}_over_sfx"] = ratio(fps[name], fps["sfx"])
+    return out
+
+
+def format_ratios(r: dict[str, float], args: argparse.Namespace) -> str:
+    def f(x: float) -> str:
+        return f"{x:.2f}" if x == x else "-"
+
+    lines = [f"ratios: sfx dummy sampler / raw limit = {f(r['sampler_over_raw'])} (target >= 0.9); "
+             f"sfx training / Sample Factory 2.1.1 = {f(r['sfx_over_sample_factory'])} (target >= 1.5); "
+             f"sfx dummy sampler / raw with as many envs per process = {f(r['sampler_over_raw_many_envs'])}"]
+    if args.episode_len:
+        trainings = ", ".join(f"{key} {f(r[f'{key}_over_sampler_len'])}" for key in ["sfx", *args.rows, "sf"])
+        lines.append(f"at {args.episode_len}-step episodes: sampler / raw = {f(r['sampler_len_over_raw_len'])}; "
+                     f"training / sampler: {trainings} (target >= 0.8 for sfx on a GPU machine; compare at the "
+                     f"training's own ep len)")
+    if args.rows:
+        lines.append("named rows: " + "; ".join(f"{n} / sfx = {f(r[f'{n}_over_sfx'])}, / Sample Factory = "
+                                                f"{f(r[f'{n}_over_sample_factory'])}" for n in args.rows))
+    lines.append(f"pipeline overhead (training / sampler, CartPole, {OVERHEAD_WIDTH}-unit MLP): "
+                 f"sfx {f(r['overhead_sfx'])} (target >= 0.85), Sample Factory 2.1.1 {f(r['overhead_sf'])}")
+    return "\n".join(lines)
+
+
+def measurements(args: argparse.Namespace, workdir: Path, raw_n: int) -> list[tuple[str, str, Callable[[], dict]]]:
+    """(key, label, measure) of every row, in measuring order."""
+    setting = f"{args.num_workers} workers x {args.num_envs_per_worker} envs"
+    flags = [*env_flags(args), f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs_per_worker}",
+             "--worker_num_splits=2", f"--batch_size={args.batch_size}", "--set_workers_cpu_affinity=True"]
+    n = args.episode_len
+    on = "" if args.device == "cpu" else f" on {args.device}"
+    steps = [
+        ("raw", f"raw limit: {raw_n} processes x 1 env, pinned", lambda: run_child("raw", args, flags, workdir, "raw")),
+        ("raw_many", f"raw, {raw_n} processes x {args.num_envs_per_worker} envs round-robin, pinned",
+         lambda: run_child("raw", args, flags, workdir, "raw_many", args.num_envs_per_worker)),
+        ("sampler", f"sfx dummy sampler: {setting}", lambda: run_child("sampler", args, flags, workdir, "sampler")),
+        ("raw_len", f"raw limit, episodes cut at {n} steps",
+         lambda: run_child("raw", args, capped_flags(args, flags), workdir, "raw_len")),
+        ("sampler_len", f"sfx dummy sampler, episodes cut at {n} steps",
+         lambda: run_child("sampler", args, capped_flags(args, flags), workdir, "sampler_len")),
+        ("sfx", f"sfx training{on}: APPO conv+LSTM, {setting}, batch {args.batch_size}"
+                + (f", {' '.join(args.extra)}" if args.extra else ""),
+         lambda: measure_sfx_training(args, workdir)),
+    ]
+    for name, row_flags in args.rows.items():
+        steps.append((name, f"sfx training{on}, {name}: {' '.join(row_flags)}",
+                      lambda name=name, row_flags=row_flags: measure_sfx_training(args, workdir, name, row_flags)))
+    steps += [
+        ("sf", f"Sample Factory 2.1.1 training{on}: same settings", lambda: measure_sf_training(args, workdir)),
+        ("overhead_sampler", f"overhead: sfx dummy sampler, CartPole, {setting}",
+         lambda: run_child("sampler", args, overhead_sampler_flags(args), workdir, "overhead_sampler")),
+        ("overhead_sfx", f"overhead: sfx training{on}, CartPole, MLP {OVERHEAD_WIDTH}x2, no RNN",
+         lambda: measure_training(overhead_sfx_training(args, workdir), args, workdir)),
+        ("overhead_sf", f"overhead: Sample Factory 2.1.1{on}, same",
+         lambda: sf_missing(args) or measure_training(overhead_sf_training(args, workdir), args, workdir)),
+    ]
+    return steps
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_bench_args(argv)
+    try:
+        args = parse_bench_args(argv)
+    except BenchArgError as e:
+        print(f"bench.throughput: error: {e}", file=sys.stderr)
+        return 2
     if args.child:
         fn = child_raw if args.child == "raw" else child_sampler
         result = fn(args, args.extra)
         write_result(args.child_result, result)
         return 0
 
-    wanted = set(args.only or ["raw", "raw_many", "sampler", "sfx", "sf"]) - ({"sf"} if args.skip_sf else set())
+    gpu = gpu_info() if args.device == "gpu" else {}
+    if args.device == "gpu" and not gpu:
+        print("bench.throughput: error: --device=gpu, but no CUDA GPU is visible (nvidia-smi and torch find none)",
+              file=sys.stderr)
+        return 2
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     raw_n = args.raw_processes or cores
-    setting = f"{args.num_workers} workers x {args.num_envs_per_worker} envs"
-    rows: list[tuple[str, dict]] = []
-    skipped = {"status": "skipped", "fps": float("nan"), "reason": "not selected"}
+    rows: list[tuple[str, str, dict]] = []
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
+    device = f"GPU {gpu['name']}" if gpu else "CPU"
     print(f"bench.throughput {today}: {args.env} 128x72 frameskip 4, {cores} CPU cores ({platform.processor() or platform.machine()}), "
-          f"{args.seconds:g} s measured per figure{' (tiny)' if args.tiny else ''}; load average {_load()}", flush=True)
+          f"trainings on the {device}, {args.seconds:g} s measured per figure{' (tiny)' if args.tiny else ''}; "
+          f"load average {_load()}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="sfx_bench_throughput_") as tmp:
         workdir = Path(tmp)
-        flags = [*env_flags(args), f"--num_workers={args.num_workers}",
-                 f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2",
-                 f"--batch_size={args.batch_size}", "--set_workers_cpu_affinity=True"]
-        steps = [
-            ("raw", f"raw limit: {raw_n} processes x 1 env, pinned", lambda: run_child("raw", args, flags, workdir, "raw")),
-            ("raw_many", f"raw, {raw_n} processes x {args.num_envs_per_worker} envs round-robin, pinned",
-             lambda: run_child("raw", args, flags, workdir, "raw_many", args.num_envs_per_worker)),
-            ("sampler", f"sfx dummy sampler: {setting}",
-             lambda: run_child("sampler", args, flags, workdir, "sampler")),
-            ("sfx", f"sfx training: APPO conv+LSTM, {setting}, batch {args.batch_size}",
-             lambda: measure_sfx_training(args, workdir)),
-            ("sf", f"Sample Factory 2.1.1 training: same settings", lambda: measure_sf_training(args, workdir)),
-        ]
         results = {}
-        for key, label, run in steps:
-            if key not in wanted:
-                results[key] = dict(skipped)
-                if key == "sf" and args.skip_sf:
+        for key, label, run in measurements(args, workdir, raw_n):
+            if key not in args.wanted:
+                results[key] = {"status": "skipped", "fps": float("nan"), "reason": "not selected"}
+                if key in ("sf", "overhead_sf") and args.skip_sf:
                     results[key]["reason"] = "--skip_sf"
-                rows.append((label, results[key]))
+                if key not in ("raw_len", "sampler_len") or args.episode_len:
+                    rows.append((key, label, results[key]))
                 continue
             print(f"measuring {label} ...", flush=True)
             results[key] = run()
@@ -426,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             if r["status"] == "failed" and r.get("log"):
                 print("  last lines of its output:\n    " + r["log"].replace("\n", "\n    "), flush=True)
-            rows.append((label, r))
+            rows.append((key, label, r))
 
         scaling: dict[str, float] = {}
         workers = [int(x) for x in args.scaling_workers.split(",") if x]
@@ -448,17 +830,14 @@ def main(argv: list[str] | None = None) -> int:
                 (logs / f.name).write_text(f.read_text(errors="replace"))
 
     print(f"load average at the end {_load()} (other processes on the machine slow every figure)")
-    r_sampler_raw = ratio(results["sampler"]["fps"], results["raw"]["fps"])
-    r_sampler_raw_many = ratio(results["sampler"]["fps"], results["raw_many"]["fps"])
-    r_sfx_sf = ratio(results["sfx"]["fps"], results["sf"]["fps"])
+    ratios = compute_ratios(results, list(args.rows))
     print()
-    print(format_table(rows))
-    print(f"ratios: sfx dummy sampler / raw limit = {r_sampler_raw:.2f} (target >= 0.9); "
-          f"sfx training / Sample Factory 2.1.1 = {r_sfx_sf:.2f} (target >= 1.5 on a 2-core CPU machine); "
-          f"sfx dummy sampler / raw with as many envs per process = {r_sampler_raw_many:.2f}".replace("nan", "-"))
-    title = (f"{args.env} 128x72 frameskip 4, {cores} cores, {today}: sampler/raw {r_sampler_raw:.2f}, "
-             f"sfx/SF {r_sfx_sf:.2f}").replace("nan", "-")
-    plot(rows, title, out_dir / "throughput.png")
+    print(format_table([(label, r) for _, label, r in rows]))
+    print(format_ratios(ratios, args))
+    f2 = lambda x: f"{x:.2f}" if x == x else "-"  # noqa: E731
+    title = (f"{args.env} 128x72 frameskip 4, {cores} cores, {device}, {today}: sampler/raw "
+             f"{f2(ratios['sampler_over_raw'])}, sfx/SF {f2(ratios['sfx_over_sample_factory'])}")
+    plot([(key, r) for key, _, r in rows], title, out_dir / "throughput.png")
     files = [out_dir / "throughput.png"]
     if args.scaling:
         print(f"\ndummy sampler FPS by workers and envs per worker ({args.scaling_seconds:g} s each):")
@@ -467,11 +846,14 @@ def main(argv: list[str] | None = None) -> int:
                      out_dir / "throughput_scaling.png")
         files.append(out_dir / "throughput_scaling.png")
     summary = {"date": today, "env": args.env, "cores": cores, "seconds": args.seconds, "tiny": args.tiny,
+               "device": args.device, "gpu": gpu, "episode_len": args.episode_len,
+               "sfx_extra_flags": args.extra, "sfx_rows": args.rows,
+               "settings": {"num_workers": args.num_workers, "num_envs_per_worker": args.num_envs_per_worker,
+                            "batch_size": args.batch_size},
                "load_average_at_end": _load(),
+               "labels": {key: label for key, label, _ in rows},
                "results": {k: {kk: vv for kk, vv in v.items() if kk != "log"} for k, v in results.items()},
-               "ratios": {"sampler_over_raw": r_sampler_raw, "sfx_over_sample_factory": r_sfx_sf,
-                          "sampler_over_raw_many_envs": r_sampler_raw_many},
-               "scaling": scaling}
+               "ratios": ratios, "scaling": scaling}
     (out_dir / "throughput.json").write_text(json.dumps(summary, indent=1, default=float))
     files.append(out_dir / "throughput.json")
     print("wrote " + ", ".join(str(f) for f in files))

@@ -81,10 +81,11 @@ def test_throughput_reports_a_missing_sample_factory_venv_as_skipped(tmp_path):
     args = throughput.parse_bench_args(["--tiny", f"--sf_python={tmp_path / 'nowhere' / 'bin' / 'python'}"])
     r = throughput.measure_sf_training(args, tmp_path)
     assert r["status"] == "skipped" and "setup_sample_factory.sh" in r["reason"]
-    table = throughput.format_table([("raw limit: 2 processes", {"status": "done", "fps": 20000.0}),
+    table = throughput.format_table([("raw limit: 2 processes", {"status": "done", "fps": 20000.0, "episode_len": 47.25}),
                                      ("Sample Factory 2.1.1 training", r)])
-    assert table.splitlines()[2].split()[-2:] == ["20,000", "done"]
-    assert table.splitlines()[3].split()[4:6] == ["-", "skipped:"]
+    assert table.splitlines()[0].split() == ["measurement", "FPS", "ep", "len", "lag", "status"]
+    assert table.splitlines()[2].split()[-4:] == ["20,000", "47.2", "-", "done"]
+    assert table.splitlines()[3].split()[4:8] == ["-", "-", "-", "skipped:"]
     grid = throughput.format_scaling({"1x4": 1000.0, "2x4": 1900.0}, [1, 2], [4, 8]).splitlines()
     assert grid[1].split() == ["1", "1,000", "-"] and grid[2].split() == ["2", "1,900", "-"]
 
@@ -301,3 +302,168 @@ def test_replay_bench_runs_every_mix_and_reads_back_steps_reward_and_throughput(
     assert replay.scalars(tmp_path, "elite_s0", "replay/1_custom/distance_mean")
     assert not replay.scalars(tmp_path, "queue_s0", "replay/fresh_share")
     assert (tmp_path / "replay_cartpole.png").stat().st_size > 1000
+
+
+def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, capsys, monkeypatch):
+    """--sfx_row, --train_flags and the flags after -- reach sfx's doom trainings only; --device both frameworks';
+    the pipeline-overhead trainings build the same 8-unit MLP in both; bad arguments are one line, exit 2."""
+    from bench import throughput
+
+    args = throughput.parse_bench_args(["--device=gpu", "--episode_len=8", "--train_flags=--hidden_size=256",
+                                        "--sfx_row", "ungated=--batches_ahead=0 --policy_workers_per_policy=2",
+                                        "--sfx_row", "gated=--batches_ahead=1", "--", "--mixed_precision=off"])
+    assert args.rows == {"ungated": ["--batches_ahead=0", "--policy_workers_per_policy=2"],
+                         "gated": ["--batches_ahead=1"]}
+    assert args.wanted == ["raw", "raw_many", "sampler", "raw_len", "sampler_len", "sfx", "ungated", "gated", "sf",
+                           "overhead_sampler", "overhead_sfx", "overhead_sf"]
+    main = throughput.sfx_training(args, tmp_path, "sfx", [])
+    row = throughput.sfx_training(args, tmp_path, "ungated", args.rows["ungated"])
+    sf = throughput.sf_training(args, tmp_path)
+    assert main.cmd[-2:] == ["--hidden_size=256", "--mixed_precision=off"]
+    assert row.cmd[-4:] == ["--hidden_size=256", "--mixed_precision=off", "--batches_ahead=0",
+                            "--policy_workers_per_policy=2"]
+    assert "--experiment=bench_ungated" in row.cmd
+    assert "--device=gpu" in main.cmd and "--device=gpu" in sf.cmd and "--device=cpu" not in sf.cmd
+    assert not {"--hidden_size=256", "--mixed_precision=off", "--batches_ahead=0"} & set(sf.cmd)
+    o_sfx, o_sf = throughput.overhead_sfx_training(args, tmp_path), throughput.overhead_sf_training(args, tmp_path)
+    shared = throughput.overhead_flags(args)
+    assert "--use_rnn=False" in shared and "--device=gpu" in shared
+    assert o_sfx.cmd[4:4 + len(shared)] == shared and o_sf.cmd[4:4 + len(shared)] == shared
+    assert "--hidden_size=8" in o_sfx.cmd and "--mixed_precision=off" not in o_sfx.cmd
+    i = o_sf.cmd.index("--encoder_mlp_layers")
+    assert o_sf.cmd[i + 1:i + 3] == ["8", "8"] and o_sf.cmd[1:4] == ["-m", "sf_examples.train_gym_env",
+                                                                    "--env=CartPole-v1"]
+    assert throughput.capped_flags(args, ["--env=doom_basic", "--num_workers=2"]) == [
+        "--env=bench_cap_doom_basic", "--num_workers=2", "--bench_cap_steps=8"]
+
+    only = throughput.parse_bench_args(["--only=overhead", "--only=rows", "--sfx_row=a=--x=1", "--skip_sf"])
+    assert only.wanted == ["a", "overhead_sampler", "overhead_sfx"]
+    assert throughput.parse_bench_args([]).wanted == ["raw", "raw_many", "sampler", "sfx", "sf", "overhead_sampler",
+                                                      "overhead_sfx", "overhead_sf"]
+    bad = {("--sfx_row", "ungated"): "NAME=", ("--sfx_row", "sfx=--x=1"): "taken",
+           ("--sfx_row", "a=batches_ahead=0"): "starting with --", ("--only", "nope"): "not a row",
+           ("--only", "sampler_len"): "--episode_len", ("--only", "rows"): "none is given",
+           ("--batch_size", "0"): "positive", ("--train_flags", "'open"): "cannot be split"}
+    for argv, message in bad.items():
+        with pytest.raises(throughput.BenchArgError, match=message):
+            throughput.parse_bench_args(list(argv))
+    assert throughput.main(["--only", "nope", f"--out_dir={tmp_path}"]) == 2
+    assert "bench.throughput: error: --only=nope is not a row" in capsys.readouterr().err
+    monkeypatch.setattr(throughput, "gpu_info", lambda: {})
+    assert throughput.main(["--device=gpu", f"--out_dir={tmp_path}"]) == 2
+    assert "no CUDA GPU is visible" in capsys.readouterr().err
+
+
+def test_throughput_reads_a_trainings_window_lengths_lag_and_gpu_samples(tmp_path):
+    """measure_training on a stand-in that prints sfx's status line: the slope over the window, the last episode
+    length and lag inside it; Sample Factory's episode length from its len/len in frames; the GPU columns."""
+    import sys
+
+    from bench import throughput
+
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import time\nfor i in range(200):\n"
+                    "    print(f'[x] FPS (10s/60s/300s) 1/1/1 | samples/s 1 | env steps {i * 1000:,} (0.0%) | "
+                    "reward 1.00 len {10 + i} lag {i / 10:.1f}/3 | elapsed 1s', flush=True)\n"
+                    "    time.sleep(0.1)\n")
+    args = throughput.parse_bench_args(["--seconds=1", "--warmup=0.3"])
+    training = throughput.Training("fake", [sys.executable, str(fake)], throughput.SFX_COUNTER, {},
+                                   throughput.SFX_STATS)
+    r = throughput.measure_training(training, args, tmp_path)
+    assert r["status"] == "done", r
+    assert 6000 < r["fps"] < 11000  # 1000 frames per ~0.1 s, sleep and start-up jitter aside
+    assert r["episode_len"] >= 13 and r["policy_lag"] == pytest.approx((r["episode_len"] - 10) / 10)
+    assert "gpu_util_mean" not in r
+
+    exp = tmp_path / "sf_train_dir" / "bench_sf"
+    _write_scalars(exp / ".summary" / "0", "len/len", [(100, 1.0, 200.0), (200, 2.0, 188.0)])
+    assert throughput.sf_episode_len(exp, 4)(tmp_path) == {"episode_len": 47.0}
+    assert throughput.sf_episode_len(tmp_path / "none", 4)(tmp_path) == {}
+    m = throughput.SF_STATS["policy_lag"].search("Policy #0 lag: (min: 0.0, avg: 1.7, max: 4.0)")
+    assert m and float(m.group(1)) == 1.7
+
+    gpu = throughput.GpuMonitor(False)
+    gpu.samples = [(1.0, 10.0, 500.0), (2.0, 30.0, 700.0), (9.0, 90.0, 900.0)]
+    assert gpu.summary(0.5, 2.5) == {"gpu_util_mean": 20.0, "gpu_util_max": 30.0, "gpu_mem_max_mib": 700.0,
+                                     "gpu_samples": 2}
+    rows = [("sfx training", {"status": "done", "fps": 5000.0, "episode_len": 9.0, "policy_lag": 1.2,
+                              "gpu_util_mean": 20.0}),
+            ("raw", {"status": "done", "fps": 9000.0})]
+    table = throughput.format_table(rows).splitlines()
+    assert table[0].split()[-2:] == ["%", "status"] and table[2].split()[-5:] == ["5,000", "9.0", "1.2", "20", "done"]
+
+
+def test_throughput_ratios_cover_episode_length_rows_and_overhead():
+    from bench import throughput
+
+    args = throughput.parse_bench_args(["--episode_len=8", "--sfx_row=ungated=--batches_ahead=0"])
+    fps = {"raw": 100.0, "raw_many": 80.0, "sampler": 90.0, "raw_len": 50.0, "sampler_len": 40.0, "sfx": 30.0,
+           "ungated": 36.0, "sf": 20.0, "overhead_sampler": 1000.0, "overhead_sfx": 850.0, "overhead_sf": float("nan")}
+    r = throughput.compute_ratios({k: {"fps": v} for k, v in fps.items()}, ["ungated"])
+    assert r["sampler_len_over_raw_len"] == 0.8 and r["sfx_over_sampler_len"] == 0.75
+    assert r["ungated_over_sfx"] == pytest.approx(1.2) and r["ungated_over_sample_factory"] == 1.8
+    assert r["overhead_sfx"] == 0.85 and r["overhead_sf"] != r["overhead_sf"]
+    text = throughput.format_ratios(r, args)
+    assert "at 8-step episodes: sampler / raw = 0.80; training / sampler: sfx 0.75, ungated 0.90, sf 0.50" in text
+    assert "pipeline overhead (training / sampler, CartPole, 8-unit MLP): sfx 0.85" in text
+    assert "Sample Factory 2.1.1 -" in text
+
+
+def test_episode_cap_family_cuts_episodes_of_any_single_agent_env(tmp_path):
+    import bench.episode_cap  # noqa: F401  registers bench_cap_
+    from sfx.cfg import parse_args
+
+    cfg = parse_args(["--env=bench_cap_gym_CartPole-v1", "--bench_cap_steps=5", f"--train_dir={tmp_path}",
+                      "--device=cpu"], resume=False)
+    assert cfg.encoder_type == "mlp"  # the inner family's defaults hold
+    env = make_env(cfg)
+    env.reset(seed=0)
+    ends = []
+    for t in range(1, 31):
+        _, _, terminated, truncated, infos = env.step([t % 2])  # alternating pushes: CartPole stays up 5 steps
+        if "episode" in infos[0]:
+            ends.append((t, infos[0]["episode"]["len"], terminated[0], truncated[0]))
+    env.close()
+    assert ends == [(5 * k, 5, False, True) for k in range(1, 7)]
+    with pytest.raises(ConfigError, match="--bench_cap_steps=N"):
+        parse_args(["--env=bench_cap_gym_CartPole-v1", f"--train_dir={tmp_path}"], resume=False)
+    with pytest.raises(ConfigError, match="matches no env family"):
+        parse_args(["--env=bench_cap_nothing_here", "--bench_cap_steps=3", f"--train_dir={tmp_path}"], resume=False)
+
+
+def test_gpu_wheelhouse_script_refuses_bad_arguments_before_downloading(tmp_path):
+    import subprocess
+
+    from bench.throughput_common import REPO_ROOT
+
+    script = str(REPO_ROOT / "scripts" / "gpu_wheelhouse.sh")
+    for argv, message in ((["--bogus"], "unknown argument '--bogus'"), (["--python", "312"], "give MAJOR.MINOR"),
+                          (["--extras", "doom,nosuch"], "--extras names 'nosuch'; setup.py's extras are: render")):
+        run = subprocess.run(["bash", script, *argv, "--out", str(tmp_path / "wh")], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode != 0 and message in run.stderr, run.stderr
+    assert not list((tmp_path / "wh").glob("*/*.whl"))
+
+
+@pytest.mark.slow  # start-ups of 3 trainings and 4 samplers: ~3 min on a busy 2-core machine
+def test_throughput_tiny_mode_measures_episode_length_named_and_overhead_rows(tmp_path, capsys):
+    import json
+
+    from bench import throughput
+
+    rc = throughput.main(["--tiny", "--episode_len=6", "--only=raw_len", "--only=sampler_len", "--only=overhead",
+                          "--sfx_row", "ungated=--batches_ahead=0", "--only=ungated", f"--out_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    summary = json.loads((tmp_path / "throughput.json").read_text())
+    results = summary["results"]
+    for key in ("raw_len", "sampler_len", "ungated", "overhead_sampler", "overhead_sfx"):
+        assert results[key]["status"] == "done" and results[key]["fps"] > 0, out
+    assert results["raw_len"]["episode_len"] <= 6 and results["sampler_len"]["episode_len"] <= 6
+    assert results["ungated"]["command"][-1] == "--batches_ahead=0" and results["ungated"]["episode_len"] > 6
+    assert summary["device"] == "cpu" and summary["sfx_rows"] == {"ungated": ["--batches_ahead=0"]}
+    if throughput.SF_VENV.joinpath("bin", "python").exists():
+        assert results["overhead_sf"]["status"] == "done" and results["overhead_sf"]["fps"] > 0, out
+        assert summary["ratios"]["overhead_sf"] > 0
+    assert summary["ratios"]["overhead_sfx"] > 0 and summary["ratios"]["sampler_len_over_raw_len"] > 0
+    assert "sfx training, ungated: --batches_ahead=0" in out and "pipeline overhead" in out
