@@ -107,6 +107,69 @@ BUILTIN_FAMILIES: dict[str, str] = {
 BUILTIN_ENVS: dict[str, str] = {
     "multitask": "sfx.envs.multitask",
 }
+class OptionalPackage(NamedTuple):
+    """What a built-in family needs beyond sfx's own requirements."""
+
+    extra: str    # the setup.py extra that installs it: ``pip install -e .[doom]``
+    module: str   # what the family imports
+    package: str  # as pip spells it
+    minimum: str  # the oldest version sfx works with (setup.py's pin)
+
+
+# built-in family prefix -> its optional package (imported when the family is loaded, so that a missing one
+# is one line here, not a traceback from wherever the family first touches it)
+FAMILY_PACKAGES: dict[str, OptionalPackage] = {
+    # vizdoom 1.3 added DoomGame.is_episode_timeout_reached: with 1.2.x every doom env crashes on its first step
+    "doom_": OptionalPackage("doom", "vizdoom", "vizdoom", "1.3"),
+    "atari_": OptionalPackage("atari", "ale_py", "ale-py", "0.9"),
+    "mujoco_": OptionalPackage("mujoco", "mujoco", "mujoco", "3.0"),
+    "minigrid_": OptionalPackage("minigrid", "minigrid", "minigrid", "2.3"),
+    "pettingzoo_": OptionalPackage("pettingzoo", "pettingzoo", "pettingzoo", "1.27"),
+}
+
+
+def install_hint(env_name: str) -> str | None:
+    """``pip install -e .[doom]`` for an env of a built-in family that has an extra, else None."""
+    for prefix, needed in FAMILY_PACKAGES.items():
+        if env_name.startswith(prefix):
+            return f"pip install -e .[{needed.extra}]"
+    return None
+
+
+def missing_package_message(prefix: str, error: Exception) -> str:
+    """One line for a family that cannot be loaded: the family, what failed, and for a built-in family
+    with an optional package the extra that installs it."""
+    needed = FAMILY_PACKAGES.get(prefix)
+    if needed is None:
+        return f"env family {prefix} is not available: {error}; install its dependencies"
+    return (f"env family {prefix} needs the optional package {needed.package}>={needed.minimum}, which cannot be "
+            f"imported ({type(error).__name__}: {error}); install it with: pip install -e .[{needed.extra}] "
+            f"(in the sfx checkout; or pip install '{needed.package}>={needed.minimum}')")
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``1.2.4`` -> (1, 2, 4); ``2.0.0rc1`` -> (2, 0, 0): the leading numbers of each part."""
+    numbers = []
+    for part in version.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
+
+
+def check_package_version(prefix: str, module: Any) -> None:
+    """:class:`ConfigError` when a built-in family's package is older than sfx supports (a version that
+    would import fine and then crash every env on its first step)."""
+    needed = FAMILY_PACKAGES[prefix]
+    version = getattr(module, "__version__", None)
+    if not isinstance(version, str) or not _version_tuple(version):
+        return
+    if _version_tuple(version) < _version_tuple(needed.minimum):
+        raise ConfigError(f"env family {prefix} needs {needed.package}>={needed.minimum}, found {version}; upgrade "
+                          f"it with: pip install -U -e .[{needed.extra}] (or pip install -U "
+                          f"'{needed.package}>={needed.minimum}')")
+
 
 _families: dict[str, EnvFamily] = {}
 
@@ -245,9 +308,11 @@ def sfx_names_for_gym_id(gym_id: str) -> list[str]:
 def _load_builtin(prefix: str) -> None:
     module_name = BUILTIN_FAMILIES.get(prefix) or BUILTIN_ENVS[prefix]
     try:
+        if prefix in FAMILY_PACKAGES:
+            check_package_version(prefix, importlib.import_module(FAMILY_PACKAGES[prefix].module))
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"env family {prefix} is not available: {e} (install its dependencies)") from None
+        raise ConfigError(missing_package_message(prefix, e)) from None
     module.register_family()
     if prefix not in _families:
         raise RuntimeError(f"{module_name}.register_family() did not register the {prefix!r} family")
