@@ -11,7 +11,7 @@ import signal
 import time
 from typing import Any, NamedTuple
 
-from sfx.engine.protocol import ERROR, RANK_LOST, RANKS_STOPPED, STOP_LEARNING
+from sfx.engine.protocol import ERROR, RANK_LOST, RANKS_STOPPED, ROLLOUT, STOP_LEARNING
 from sfx.engine.queues import LockedQueueError, put_or_raise
 from sfx.engine.stats import reward_target_reached
 
@@ -24,12 +24,72 @@ class Stop(NamedTuple):
     level: int = logging.INFO
 
 
+# an env "keeps crashing" once this many of its steps raised and crashes outnumber finished episodes: a
+# crash now and then costs its episode (the env is recreated), but an env that cannot finish an episode
+# is a user error (a broken env or an env package sfx does not support) that no restart fixes
+ENV_CRASHES_TO_STOP = 10
+
+
+def last_env_exception(log_file: Any, tail_bytes: int = 256_000) -> str | None:
+    """The exception line (``AttributeError: ...``) of the last env crash a rollout worker logged in
+    ``sf_log.txt`` (its record is the message and the traceback; the next record starts with ``[``)."""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - tail_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    at = text.rfind("its episode is dropped:")
+    if at < 0:
+        return None
+    last = None
+    for line in text[at:].splitlines()[1:]:
+        if line.startswith("["):
+            break
+        if line.strip() and not line.startswith((" ", "Traceback", "During handling", "The above exception")):
+            last = line.strip()
+    return last
+
+
+class EnvCrashes:
+    """Counts the env crashes and finished episodes the rollout workers report (``ROLLOUT``'s
+    ``env_errors`` and ``episodes``); :meth:`stop` says when envs keep crashing."""
+
+    def __init__(self) -> None:
+        self.crashes = 0
+        self.episodes = 0
+        self.exception: str | None = None  # a report's own ``env_error`` text, when rollout workers send one
+
+    def handle(self, payload: dict) -> None:
+        self.crashes += payload.get("env_errors", 0)
+        self.episodes += len(payload.get("episodes", ()))
+        if payload.get("env_error"):
+            self.exception = payload["env_error"]
+
+    def keep_crashing(self) -> bool:
+        return self.crashes >= ENV_CRASHES_TO_STOP and self.crashes > self.episodes
+
+    def message(self, cfg: Any) -> str:
+        from sfx.envs.registry import install_hint
+        from sfx.experiment import log_path
+
+        exception = self.exception or last_env_exception(log_path(cfg)) or "an exception"
+        hint = install_hint(cfg.env)
+        fix = "fix the env (run it alone to see it fail) or install an env package version sfx supports"
+        if hint:
+            fix += f" ({hint}, in the sfx checkout)"
+        return (f"stopping: env {cfg.env} keeps crashing: {self.crashes} env steps raised {exception} and only "
+                f"{self.episodes} episodes finished; {fix}. The traceback is in {log_path(cfg)}")
+
+
 class Supervisor:
     """Components that fail: a component that may not be restarted (a learner) ends the run with its
     last checkpoint kept; the others, when they die or stop beating, are restarted (their trajectory
     slots given back, the queues they used switched to spares), up to ``--max_component_restarts``
     each, and never twice within three heartbeat timeouts (a queue the failed process left locked
-    would make every restart fail the same way: only a fresh start of the run helps then)."""
+    would make every restart fail the same way: only a fresh start of the run helps then). Envs that
+    keep crashing (see :data:`ENV_CRASHES_TO_STOP`) end the run too, naming the env and its exception."""
 
     def __init__(self, cfg: Any, runtime: Any, on_restart=None) -> None:
         self.cfg = cfg
@@ -38,6 +98,7 @@ class Supervisor:
         self.errors: list[str] = []
         self.rank_lost: str | None = None
         self.last_restart: dict[str, float] = {}
+        self.env_crashes = EnvCrashes()
 
     def started(self, start: float) -> None:
         pass
@@ -48,6 +109,8 @@ class Supervisor:
                 self.errors.append(who)
             elif kind == RANK_LOST:
                 self.rank_lost = f"{who}: {payload}"
+            elif kind == ROLLOUT:
+                self.env_crashes.handle(payload)
 
     def _restartable(self, name: str) -> bool:
         spec = self.runtime.specs.get(name)
@@ -61,6 +124,8 @@ class Supervisor:
         if fatal:
             return self._failed(f"stopping: {', '.join(fatal)} crashed (see the log above); its last checkpoint is "
                                 f"kept and the same command resumes")
+        if self.env_crashes.keep_crashing():
+            return self._failed(self.env_crashes.message(self.cfg))
         self.errors.clear()  # a restartable component that reported an error exits next and is restarted below
         cfg = self.cfg
         for name in self.runtime.stalled_components(cfg.heartbeat_timeout_sec, now):
