@@ -1,6 +1,8 @@
 """``python -m sfx.train --env=... --experiment=...``: train an agent (asynchronous APPO).
 
-Run with ``--help`` for every flag and its default. An existing experiment folder is resumed.
+Run with ``--help`` for every flag and its default. An existing experiment folder is resumed
+(``--restart_behavior=restart|overwrite``: started afresh instead, keeping the old folder under a new
+name or deleting it, as Sample Factory 2 does).
 ``--algo`` picks the learning algorithm (an agent of :mod:`sfx.agents`; APPO by default);
 ``--algo=DUMMY_SAMPLER`` runs :mod:`sfx.dummy_sampler` instead (sampling with random actions, no training).
 """
@@ -9,7 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import sys
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import sfx.pbt  # noqa: F401 - registers population-based training as a coordinator observer
 from sfx.agents import find_agent
@@ -29,6 +37,35 @@ def requested_algo(argv: list[str]) -> str | None:
     return pre.parse_known_args(argv)[0].algo
 
 
+def requested_restart_behavior(argv: list[str]) -> str:
+    """``--restart_behavior`` on the command line (the parser checks its value), else ``resume``."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--restart_behavior", default="resume")
+    return pre.parse_known_args(argv)[0].restart_behavior
+
+
+def parse_for_training(argv: list[str]) -> Any:
+    """The training cfg of ``argv``. With ``--restart_behavior=restart|overwrite`` an existing experiment
+    folder is not resumed: the command line alone is parsed and validated, then the old folder is moved
+    to ``<experiment>_old_<time>`` (restart) or deleted (overwrite)."""
+    behavior = requested_restart_behavior(argv)
+    if behavior == "resume":
+        return parse_args(argv)
+    cfg = parse_args(argv, resume=False)
+    from sfx.experiment import experiment_dir
+
+    folder = experiment_dir(cfg)
+    if folder.exists():
+        if cfg.restart_behavior == "restart":
+            kept = folder.with_name(f"{folder.name}_old_{time.strftime('%Y%m%d_%H%M%S')}")
+            folder.rename(kept)
+            print(f"sfx: --restart_behavior=restart: the old experiment is kept in {kept}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder)
+            print(f"sfx: --restart_behavior=overwrite: deleted the old experiment {folder}", file=sys.stderr)
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -37,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         if entry_point:  # an agent that runs instead of a training (DUMMY_SAMPLER: the dummy sampler)
             module, _, function = entry_point.partition(":")
             return getattr(importlib.import_module(module), function)(argv)
-        cfg = parse_args(argv)
+        cfg = parse_for_training(argv)
         result = run_training(cfg)  # raises ConfigError before any worker starts, e.g. on bad checkpoints
     except ConfigError as e:
         print(f"sfx: error: {e}", file=sys.stderr)
@@ -45,7 +82,82 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_CODES[result["status"]]
 
 
-__all__ = ["main", "run_training"]
+# ------------------------------------------------------------------ the Python API: sfx.train(...)
+
+class TrainingFailed(RuntimeError):
+    """A training started by :func:`train` ended as ``failed`` or ``rank_lost`` (its log says why)."""
+
+    def __init__(self, message: str, result: "TrainResult") -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns."""
+
+    status: str                     # done | interrupted
+    experiment_dir: Path            # train_dir/experiment
+    env_steps: int                  # all policies' env steps (frames) at the end
+    reward: float                   # policy 0's mean episode reward over its last --stats_avg episodes
+    checkpoint: Path | None         # policy 0's newest checkpoint
+    cfg: Any = field(repr=False, default=None)     # the cfg it ran with
+    stats: dict = field(repr=False, default_factory=dict)  # run_training's whole result (per policy: lists)
+
+
+def flags_to_argv(flags: dict) -> list[str]:
+    """``{"num_workers": 2, "use_rnn": False}`` -> ``["--num_workers=2", "--use_rnn=False"]`` (``None``: the
+    flag's default, left out; a list or tuple: comma-joined, as the command line writes it)."""
+    argv = []
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        argv.append(f"--{key}={value}")
+    return argv
+
+
+def train(env: str, experiment: str, **flags: Any) -> TrainResult:
+    """Train as ``python -m sfx.train --env=ENV --experiment=EXPERIMENT --flag=value ...`` would: the same
+    flags, defaults and validation (a bad value raises :class:`~sfx.errors.ConfigError`), the same resume of
+    an existing experiment folder (``restart_behavior="restart"|"overwrite"`` to start afresh).
+
+    Example::
+
+        import sfx
+        result = sfx.train(env="gym_CartPole-v1", experiment="cartpole", train_for_env_steps=100_000)
+        print(result.reward, result.checkpoint)
+
+    Returns a :class:`TrainResult`; raises :class:`TrainingFailed` when the run failed.
+    """
+    from sfx.experiment import checkpoint_dir, experiment_dir, list_checkpoints
+
+    argv = [f"--env={env}", f"--experiment={experiment}", *flags_to_argv(flags)]
+    if find_agent(requested_algo(argv) or "APPO").entry_point:
+        raise ConfigError(f"--algo={requested_algo(argv)} does not train; run its own command instead")
+    cfg = parse_for_training(argv)
+    stats = run_training(cfg)
+    checkpoints = list_checkpoints(checkpoint_dir(cfg, 0))
+    result = TrainResult(status=stats["status"], experiment_dir=experiment_dir(cfg), env_steps=stats["env_steps"],
+                         reward=stats["reward"][0], checkpoint=checkpoints[0] if checkpoints else None,
+                         cfg=cfg, stats=stats)
+    if stats["status"] in ("failed", "rank_lost"):
+        raise TrainingFailed(f"training {stats['status']}: see {experiment_dir(cfg) / 'sf_log.txt'}", result)
+    return result
+
+
+class _CallableModule(types.ModuleType):
+    """``sfx.train`` is this module (``python -m sfx.train``, ``from sfx.train import main``) and the function
+    :func:`train`: importing the module puts it on the package as ``sfx.train``, so the module answers calls."""
+
+    def __call__(self, env: str, experiment: str, **flags: Any) -> TrainResult:
+        return train(env, experiment, **flags)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = ["TrainResult", "TrainingFailed", "main", "run_training", "train"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sfx.cfg.flag_types import str2bool
+from sfx.cfg.sf2_compat import add_sf2_compat_args
 
 NO_EFFECT_GROUP = "Sample Factory 1.x flags with no effect here"
 ALIAS_GROUP = "Sample Factory 1.x names of sfx flags"
@@ -176,3 +177,4 @@ def add_sf1_compat_args(parser: argparse.ArgumentParser) -> None:
                    help="dmlab_ envs; SF1's flag (SF1 default True): False = no level cache, whatever "
                         "--dmlab_level_cache_path says; True without a cache folder = SF1's ./.dmlab_cache "
                         "(default: not given, --dmlab_level_cache_dir decides)")
+    add_sf2_compat_args(parser)  # Sample Factory 2's spellings, in their own --help group

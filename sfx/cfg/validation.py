@@ -6,7 +6,7 @@ import logging
 import math
 import os
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from sfx.cfg.core_names import check_rnn_type
@@ -38,6 +38,9 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
     One value is fitted instead of rejected: a --worker_num_splits not given on the command line
     that exceeds --num_envs_per_worker becomes --num_envs_per_worker (logged).
     """
+    check_experiment_name(cfg.experiment, cfg.train_dir)
+    if check_paths or evaluation:
+        check_same_algo(cfg)
     for name in POSITIVE_INTS:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -187,3 +190,32 @@ def check_writable_dir(path: str | os.PathLike, flag: str) -> None:
     except OSError as e:
         reason = e.strerror or type(e).__name__
         raise ConfigError(f"{flag}={path} is not a writable folder: {reason}") from None
+
+
+def check_experiment_name(experiment: Any, train_dir: Any) -> None:
+    """``--experiment`` names a folder inside ``--train_dir`` (subfolders allowed): not an absolute path,
+    no ``..``; else :class:`ConfigError` (a run must not write outside the folder the user chose)."""
+    name = str(experiment)
+    parts = PurePath(name).parts
+    if PurePath(name).is_absolute() or name.startswith("~") or ".." in parts:
+        raise ConfigError(f"--experiment={name} must be a folder name inside --train_dir={train_dir} (no absolute "
+                          f"path, no '~', no '..'); to put experiments elsewhere, set --train_dir")
+
+
+def check_same_algo(cfg: Any) -> None:
+    """Resuming an experiment with another ``--algo`` is one :class:`ConfigError` naming the change (the
+    saved cfg's settings and checkpoints belong to the algorithm that wrote them), unless
+    ``--restart_behavior`` starts afresh."""
+    explicit = getattr(cfg, "explicit_args", None) or ()
+    if cfg.restart_behavior != "resume" and "restart_behavior" in explicit:
+        return  # a saved cfg's restart_behavior does not come back to skip this check
+    path = Path(cfg.train_dir).expanduser() / str(cfg.experiment) / "cfg.json"
+    if not path.is_file():
+        return
+    from sfx.cfg.cfg_json import load_cfg
+
+    saved = load_cfg(path).get("algo")
+    if saved is not None and saved != cfg.algo:
+        raise ConfigError(f"--algo={cfg.algo} cannot resume experiment {path.parent}, trained with --algo={saved}: "
+                          f"use another --experiment, or --restart_behavior=restart (keeps the old folder as "
+                          f"{cfg.experiment}_old_<time>) or --restart_behavior=overwrite (deletes it)")
