@@ -232,6 +232,30 @@ def enjoy(cfg: Any) -> dict:
     }
 
 
+# sfx.enjoy's on/off flags written without a value (``--no_render``)
+SWITCHES = ("no_render", "save_video", "deterministic")
+
+
+def evaluate(env: str, experiment: str, **flags: Any) -> dict:
+    """Evaluate as ``python -m sfx.enjoy --env=ENV --experiment=EXPERIMENT --flag=value ...`` would (the same
+    flags, defaults and validation: a bad value raises :class:`~sfx.errors.ConfigError`), except that no
+    window opens unless ``no_render=False`` is given. Returns :func:`enjoy`'s dict (``episodes``,
+    ``rewards``, ``lengths``, ``mean_reward``, ``std_reward``, ``frames``, ``video_path``, ``interrupted``).
+
+    Example::
+
+        import sfx
+        scores = sfx.evaluate(env="gym_CartPole-v1", experiment="cartpole", max_num_episodes=20)
+    """
+    from sfx.train import flags_to_argv
+
+    flags = {"no_render": True, **flags}
+    switches = [f"--{name}" for name in SWITCHES if flags.pop(name, False)]
+    cfg = parse_args([f"--env={env}", f"--experiment={experiment}", *switches, *flags_to_argv(flags)],
+                     evaluation=True)
+    return enjoy(cfg)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv, evaluation=True)
