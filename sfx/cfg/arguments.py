@@ -49,11 +49,12 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="trajectory buffer slots allocated per slot strictly needed (room for the learner to lag)")
     g.add_argument("--batches_ahead", type=int, default=-1,
                    help="rollout workers start new trajectories only while those started and not yet taken by a "
-                        "learner are fewer than this many learner batches: with 1 the next batch is collected "
-                        "while the learner trains on one, with the previous step's weights (policy lag ~1 when "
-                        "the learner sets the pace); 0 = only the trajectory slots bound sampling (lag up to "
-                        "slots / batch); -1 = the algorithm's choice (APPO: 1 with GAE, 0 with V-trace, which "
-                        "corrects for lag; SAC, R2D2: 0). Not used by --serial_mode")
+                        "learner are fewer than one per agent (every agent keeps stepping) plus this many learner "
+                        "batches: with 1 the next batch is collected while the learner trains on one (policy lag "
+                        "~1 when the learner sets the pace), and a learner waiting for data never finds the envs "
+                        "held; 0 = only the trajectory slots bound sampling (lag up to slots / batch); -1 = the "
+                        "algorithm's choice (APPO: 1 with GAE, 0 with V-trace, which corrects for lag; SAC, "
+                        "R2D2: 0). Not used by --serial_mode")
     add_bool_arg(g, "set_workers_cpu_affinity", True, "pin each rollout worker to one CPU core")
     g.add_argument("--learner_main_loop_num_cores", type=int, default=0,
                    help="torch threads of each learner process; 0 = auto: on the CPU every core for an agent whose "

@@ -158,29 +158,33 @@ class CollectionGate:
     Trajectory slots alone bound sampling by memory: when the learner sets the pace, every slot fills
     and a batch waits behind the others, trained ``slots / batch`` versions after it was acted (doom_basic's
     line: lag 3 with 192 slots for batches of 64 trajectories). The gate bounds it by the learners' progress
-    instead: trajectories started and not yet taken by a learner stay within ``batches_ahead`` batches, so
-    with 1 the workers collect the next batch while the learner trains on one, with the weights of the
-    step before (lag 1), and wait after it.
+    instead: trajectories started and not yet taken by a learner stay within one per agent (every agent keeps
+    stepping) plus ``batches_ahead`` batches finished ahead of the learners. So a learner that waits for data
+    never finds the envs held, and one that sets the pace trains on the batch collected during its previous
+    step (lag ~1 with 1). A bound of whole batches alone (the first version) idled envs wherever the agents
+    outnumber a batch's trajectories: 256 agents and batches of 128 trajectories let only 128 step
+    (measured on an H100 with 16 workers: 26,020 FPS gated, 48,201 ungated).
 
     Shared int64 counters, each written by one process only (no lock): per policy, the trajectories its
     learner has taken and its trajectories per iteration now (PBT may change ``--batch_size``); per rollout
     worker, the trajectories it has started (a restarted worker goes on counting); the trajectories lost
     with dead workers (the slots given back, written by the coordinator).
 
-    A worker starts a split's new round of trajectories while ``started - lost - taken < batches_ahead x
-    batch`` (it may overshoot by a split per worker: the workers read, then count; an agent that starts alone
-    mid-round, after a policy switch, is counted and never held). The workers never all wait while a learner
-    lacks a batch: a split waits only when all its agents are between trajectories, after sending the
-    finished ones, so when all wait, at least ``batches_ahead`` batches (summed over the policies) are out,
-    finished and sent, and some learner has its whole batch.
+    A worker starts a split's new round of trajectories while ``started - lost - taken < num_agents +
+    batches_ahead x batch`` (it may overshoot by a split per worker: the workers read, then count; an agent that
+    starts alone mid-round, after a policy switch, is counted and never held). The workers never all wait while
+    a learner lacks a batch: a split waits only when all its agents are between trajectories, after sending the
+    finished ones, so when all wait, more than ``num_agents`` plus ``batches_ahead`` batches (summed over the
+    policies) are out, finished and sent, and some learner has its whole batch.
     """
 
     def __init__(self, num_policies: int, num_workers: int, batches_ahead: int,
-                 arena: SharedArena | None = None) -> None:
+                 arena: SharedArena | None = None, num_agents: int = 0) -> None:
         if batches_ahead < 1:
             raise ValueError(f"batches_ahead must be >= 1 for a gate (0 means no gate), got {batches_ahead}")
         arena = arena if arena is not None else SharedArena()
         self.batches_ahead = int(batches_ahead)
+        self.num_agents = int(num_agents)  # the rank's acting agents: each may have a trajectory in progress
         self.learners = arena.tensor((num_policies, 2), torch.int64)  # [taken, per iteration]
         self.started = arena.tensor(num_workers, torch.int64)
         self.lost = arena.tensor(1, torch.int64)
@@ -204,7 +208,7 @@ class CollectionGate:
         """(trajectories started and not yet taken nor lost, how many may be)."""
         c = self.learners.numpy()
         out = int(self.started.numpy().sum()) - int(self.lost.numpy()[0]) - int(c[:, 0].sum())
-        return out, self.batches_ahead * int(c[:, 1].sum())
+        return out, self.num_agents + self.batches_ahead * int(c[:, 1].sum())
 
     def may_start(self) -> bool:
         out, allowed = self.read_out()

@@ -21,6 +21,8 @@ class Component:
     # how long the runtime waits for messages before the next tick(): a component with work of its own
     # to retry (a rollout worker holding a split at the collection gate) shortens it
     read_timeout_sec: float = 0.1
+    # what a wait on its inbox is for (the runtime loop times it as ``wait/<waiting_for>``, sfx.engine.perf)
+    waiting_for: str = "messages"
 
     def should_stop(self) -> bool:
         """Replaced by the runtime: whether the run is stopping."""

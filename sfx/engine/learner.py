@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from sfx.agents import Agent, NonFiniteBatch
+from sfx.engine import perf
 from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.sample_source import FreshTrajectories
@@ -54,6 +55,8 @@ class Learner(Component):
     state there) and ``PBT_UPDATE`` (load another policy's snapshot, then use new hyperparameters).
     Out: free slot indices to the policy's free queue; ``LEARNER_READY``, ``TRAIN``, ``CHECKPOINT``,
     ``CHECKPOINT_FAILED``, ``PBT_SNAPSHOT``, ``PBT_APPLIED`` reports."""
+
+    waiting_for = "trajectories"
 
     def __init__(self, cfg: Any, policy_id: int, agent: type[Agent], model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
@@ -281,7 +284,8 @@ class Learner(Component):
                 stats_acc[k] = stats_acc.get(k, 0.0) + v
             num_steps += 1
         self.agent.end_iteration(batch)
-        self.weights.publish(self.model, self.train_step)
+        with perf.section("publish"):
+            self.weights.publish(self.model, self.train_step)
         stats = {k: v / num_steps for k, v in stats_acc.items()} if num_steps else {}
         fresh_age = batch.age[batch.fresh]
         stats.update({
@@ -317,12 +321,14 @@ class Learner(Component):
         """The agent's ``step``, then (with ``publish``) publish the new weights; ``None`` when the
         minibatch was skipped."""
         try:
-            stats = self.agent.step(mb, valids)
+            with perf.section("step"):
+                stats = self.agent.step(mb, valids)
         except NonFiniteBatch as e:
             self._skip_not_finite(mb, e.where)
             return None
         self.consecutive_nan_batches = 0
         self.train_step += 1
         if publish:
-            self.weights.publish(self.model, self.train_step)
+            with perf.section("publish"):
+                self.weights.publish(self.model, self.train_step)
         return stats

@@ -19,6 +19,7 @@ import torch
 
 from sfx.agents import ActingRule
 from sfx.agents.dummy import RandomActingRule
+from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.protocol import ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, TRAJ
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 class PolicyWorker(Component):
     """Messages in (:mod:`sfx.engine.protocol`): ``REQ`` from rollout workers. Out: ``ACT`` to each
     rollout worker's inbox. A component (start / process / tick / finish)."""
+
+    waiting_for = "requests"
 
     def __init__(self, cfg: Any, policy_id: int, worker_idx: int, model: ActorCritic, rule: ActingRule,
                  traj_buffers: TrajectoryBuffers, agent_buffers: AgentBuffers,
@@ -64,10 +67,14 @@ class PolicyWorker(Component):
     def process(self, msgs: list) -> None:
         if not msgs:
             return
-        self.update_weights()
+        with perf.section("weights"):
+            self.update_weights()
         if self.version < 0:
             raise RuntimeError(f"policy worker {self.policy_id}.{self.worker_idx} asked to act "
                                f"before the learner published weights")
+        meter = perf.current()
+        clock = time.perf_counter
+        t_gather = clock()
         rows = np.concatenate([m[3] for m in msgs]) if len(msgs) > 1 else msgs[0][3]
         rows_t = torch.from_numpy(rows)
         slots, ts = rows_t[:, REQ_SLOT], rows_t[:, REQ_T]
@@ -75,9 +82,14 @@ class PolicyWorker(Component):
         trunc_mask = rows_t[:, REQ_TRUNC_SLOT] >= 0 if self.rule.truncation_field else None
         n = len(rows)
         traj, dev = self.traj, self.device
+        meter.count("rows", n)
+        meter.count("forwards")
 
-        obs = {k: v[slots, ts] for k, v in traj.obs.items()}
-        rnn = traj.rnn_states[slots, ts]
+        # (slot, t) as one row index of a [slots * (T + 1), ...] view: index_select on a flat view is ~10x
+        # faster than indexing with two index tensors
+        at_obs = slots * (traj.rollout + 1) + ts
+        obs = {k: _rows(v, at_obs) for k, v in traj.obs.items()}
+        rnn = _rows(traj.rnn_states, at_obs)
         # a memory core (Transformer-XL): each row's agent's memory; a truncated episode's last value reads
         # the same agent's memory (this step's entry is written only after the forward pass)
         memory_agents = rows_t[:, REQ_AGENT] if self.model.memory_len else None
@@ -106,32 +118,57 @@ class PolicyWorker(Component):
             if trunc_rows is not None:
                 tasks = torch.cat([tasks, traj.task[trunc_rows[:, REQ_TRUNC_SLOT]]])
             tasks = tasks.to(dev, non_blocking=True)
-        with torch.inference_mode():
-            out = self.model.forward_step({k: v.to(dev, non_blocking=True) for k, v in obs.items()},
-                                          rnn.to(dev, non_blocking=True), tasks, memory)
+        meter.add("gather", clock() - t_gather)
+        with meter.section("to_device"):
+            obs = {k: v.to(dev, non_blocking=True) for k, v in obs.items()}
+            rnn = rnn.to(dev, non_blocking=True)
+        with meter.section("forward"), torch.inference_mode():
+            out = self.model.forward_step(obs, rnn, tasks, memory)
             acting_out = out if trunc_rows is None else {k: v[:n] for k, v in out.items()}
             acted = self.rule.act(acting_out, actor_ids=rows_t[:, REQ_AGENT])
             new_rnn = out["new_rnn_states"][:n]
+        with meter.section("to_host"):
+            actions = acted.actions.cpu()
+            fields = {name: value.cpu() for name, value in acted.fields.items()}
+            new_rnn = new_rnn.cpu()
+            truncation_values = None
+            if trunc_rows is not None:
+                truncation_values = self.rule.truncation_values({k: v[n:] for k, v in out.items()}).cpu()
+            memory_update = ((out["memory_index"][:n].cpu(), out["memory_entry"][:n].cpu())
+                             if memory is not None else None)
 
-        traj.actions[slots, ts] = acted.actions.cpu()
-        for name, value in acted.fields.items():
-            traj.fields[name][slots, ts] = value.cpu()
-        traj.rnn_states[slots, ts + 1] = new_rnn.cpu()
-        if memory is not None:
-            self.agents.memory[rows_t[:, REQ_AGENT], out["memory_index"][:n].cpu()] = out["memory_entry"][:n].cpu()
-        traj.policy_versions[slots, ts] = self.version
-        if trunc_rows is not None:
-            values = self.rule.truncation_values({k: v[n:] for k, v in out.items()})
-            traj.fields[self.rule.truncation_field][trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = \
-                values.cpu()
+        with meter.section("scatter"):
+            at_step = slots * traj.rollout + ts
+            _write_rows(traj.actions, at_step, actions)
+            for name, value in fields.items():
+                _write_rows(traj.fields[name], at_step, value)
+            _write_rows(traj.rnn_states, at_obs + 1, new_rnn)
+            if memory_update is not None:
+                self.agents.memory[rows_t[:, REQ_AGENT], memory_update[0]] = memory_update[1]
+            traj.policy_versions.view(-1).index_fill_(0, at_step, self.version)
+            if truncation_values is not None:
+                field = traj.fields[self.rule.truncation_field]
+                field[trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = truncation_values
 
         # answer only after every write above: the rollout worker reads the slots right away.
         # One message per rollout worker: waking a process costs more than the payload.
-        answers: dict[int, list[tuple[int, int]]] = {}
-        for _, worker, split, r in msgs:
-            answers.setdefault(worker, []).append((split, len(r)))
-        for worker, splits in answers.items():
-            self.rollout_inboxes[worker].put((ACT, splits))
+        with perf.section("answer"):
+            answers: dict[int, list[tuple[int, int]]] = {}
+            for _, worker, split, r in msgs:
+                answers.setdefault(worker, []).append((split, len(r)))
+            for worker, splits in answers.items():
+                self.rollout_inboxes[worker].put((ACT, splits))
+
+
+def _rows(buf: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """Rows ``at`` of ``buf`` [N, T, ...] seen as [N * T, ...] (a view: the buffers are contiguous)."""
+    return buf.view(-1, *buf.shape[2:]).index_select(0, at)
+
+
+def _write_rows(buf: torch.Tensor, at: torch.Tensor, values: torch.Tensor) -> None:
+    """``buf`` [N, T, ...] seen as [N * T, ...]: rows ``at`` := ``values`` (in place, in shared memory)."""
+    flat = buf.view(-1, *buf.shape[2:])
+    flat.index_copy_(0, at, values.reshape(len(at), *flat.shape[1:]).to(flat.dtype))
 
 
 class RandomPolicyWorker(Component):

@@ -37,6 +37,9 @@ Reports (every component -> report_queue -> coordinator), all ``(kind, who, payl
     (RANKS_STOPPED, policy, {"env_steps", "weights_match"})  with several ranks: the learners agreed to stop
     (RANK_LOST, component_name, message)                  with several ranks: a collective failed (another
                                                           rank died, hung or was killed); sent before ERROR
+    (PERF, component_name, {"wall", "sec": {part: seconds}, "counts", "hists", "inbox_depth"})
+                                                          where a component's time went (sfx.engine.perf), every
+                                                          few seconds, sent by the runtime loop
     (EVAL_RESULT, policy, {"env_steps", "policy_version", "episodes", "reward", "len", "tasks": {name: reward},
                            "sec", "best": bool[, "video": {"gif": bytes, "height", "width", "frames"}]})
                                                           the evaluator finished one evaluation
@@ -73,6 +76,7 @@ STOPPED = "stopped"
 RANKS_STOPPED = "ranks_stopped"
 RANK_LOST = "rank_lost"
 EVAL_RESULT = "eval_result"
+PERF = "perf"
 
 # Columns of a policy request row (int64): where the agent's current obs and state are (slot, t);
 # where a just-truncated episode's bootstrap value goes (trunc slot, trunc t; -1 when none); and

@@ -14,7 +14,8 @@ import os
 import time
 from typing import Any, Callable
 
-from sfx.engine.protocol import CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, ROLLOUT, TRAIN
+from sfx.engine.perf import GpuMonitor, PerfTable
+from sfx.engine.protocol import CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, PERF, ROLLOUT, TRAIN
 from sfx.engine.resources import process_rss_mb
 from sfx.engine.stats import PolicyStats, ThroughputMeter, status_line, write_summaries
 
@@ -46,6 +47,10 @@ class TrainingReporter:
         self.summary_hooks: list[Callable[[int, int], None]] = []  # (policy, env_steps): observers' summaries
         # --with_wandb: the same scalars to Weights & Biases (rank 0 only; None without it)
         self.wandb = WandbLogger.start(cfg) if main_rank else None
+        # where every component's time goes (sfx.engine.perf), and the GPU's utilisation on CUDA
+        self.perf = PerfTable()
+        self.gpu = GpuMonitor.create(_cuda_index(cfg)) if _cuda_index(cfg) is not None else None
+        self.last_gpu_sample = 0.0
         self.start = self.last_report = self.last_summary = time.time()
 
     # ------------------------------------------------------------------ loop part
@@ -81,15 +86,23 @@ class TrainingReporter:
                 log.debug("policy %d checkpoint %s", who, payload["path"])
             elif kind == CHECKPOINT_FAILED:
                 self.counters["checkpoint_failures"] += 1
+            elif kind == PERF:
+                self.perf.add(who, payload)
 
     def check(self, now: float) -> None:
         cfg = self.cfg
+        if self.gpu is not None and now - self.last_gpu_sample >= 1.0:
+            self.last_gpu_sample = now
+            self.gpu.sample()
         if now - self.last_report >= cfg.report_every_sec:
             self.last_report = now
-            log.info(status_line(self.policies, self.fps.rates(now), self.samples.rate(60, now), self.env_steps(),
-                                 cfg.train_for_env_steps, now - self.start, cfg.train_for_seconds,
-                                 self.all_ranks_fps.rates(now) if self.all_ranks_fps is not None else None,
-                                 self.world_size))
+            self.perf.roll()
+            line = status_line(self.policies, self.fps.rates(now), self.samples.rate(60, now), self.env_steps(),
+                               cfg.train_for_env_steps, now - self.start, cfg.train_for_seconds,
+                               self.all_ranks_fps.rates(now) if self.all_ranks_fps is not None else None,
+                               self.world_size)
+            busy = self.perf.status_text()
+            log.info(line + (f" | {busy}" if busy else ""))
             self.write_status("running", now)
         if now - self.last_summary >= cfg.experiment_summaries_interval:
             self.last_summary = now
@@ -159,6 +172,10 @@ class TrainingReporter:
             for name, count in self.counters.items():
                 scalars[name] = float(count)
             if p == 0:
+                # where the time goes, per kind of component (and the GPU's utilisation): policy 0's summaries only
+                scalars.update(self.perf.scalars())
+                if self.gpu is not None:
+                    scalars.update(self.gpu.take())
                 # memory of every process, to see a leak over hours (policy 0's summaries only)
                 rss = process_rss_mb({"coordinator": os.getpid(), **self.pids()})
                 scalars.update({f"memory/{n}_rss_mb": v for n, v in rss.items()})
@@ -169,6 +186,10 @@ class TrainingReporter:
                 self.wandb.log(p, scalars, s.env_steps)
 
     def close(self) -> None:
+        table = self.perf.table()
+        if table:
+            log.info("where the time went (share of each component's wall time; 'of which' parts are inside busy):\n%s",
+                     table)
         self.flush_summaries()
         for wr in self.writers:
             wr.close()
@@ -184,6 +205,17 @@ class TrainingReporter:
                 "reward": [s.mean("reward") for s in self.policies],
                 "train_step": [s.train_step for s in self.policies],
                 "train_stats": [dict(s.train) for s in self.policies],
+                "perf": self.perf.summary(),
                 # several ranks: every rank's frames this session (samples_per_sec and fps are this rank's)
                 **({"fps_all_ranks": self.all_ranks_fps.total / elapsed if elapsed > 0 else 0.0}
                    if self.all_ranks_fps is not None else {})}
+
+
+def _cuda_index(cfg: Any) -> int | None:
+    """The CUDA device this run's learners use (NVML numbers devices the same way), or None off CUDA."""
+    from sfx.engine.wiring import resolve_device
+
+    device = resolve_device(cfg)
+    if device.type != "cuda":
+        return None
+    return device.index if device.index is not None else 0

@@ -19,6 +19,7 @@ import gymnasium
 import numpy as np
 
 from sfx.algo.distributions import action_to_env
+from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, tree_map
 from sfx.engine.component import Component
 from sfx.engine.protocol import ACT, REQ, RESEND, ROLLOUT, SHAPING, TRAJ
@@ -109,6 +110,7 @@ class RolloutWorker(Component):
 
         self.envs: list = []
         self.awaiting = np.zeros(self.num_splits, dtype=np.int64)  # rows still without actions
+        self.asked_at = np.zeros(self.num_splits)  # when each split's requests went out (round-trip latency)
         self.pending_sends: list[list[tuple[int, int]]] = [[] for _ in range(self.num_splits)]
         self.last_requests: list[dict[int, np.ndarray]] = [{} for _ in range(self.num_splits)]
         self.episode_stats: list[dict] = []
@@ -192,6 +194,7 @@ class RolloutWorker(Component):
         learner is behind (throttling)."""
         q = self.free_slot_queues[policy]
         next_check = time.monotonic() + 0.5
+        waited_from = None
         while not self.stopped:
             try:
                 # polled, not a blocking get: a worker killed or frozen while waiting inside a shared
@@ -200,8 +203,12 @@ class RolloutWorker(Component):
                 if self.slot_owners is not None:
                     self.slot_owners[policy][slot] = self.worker_idx
                 self.np[policy]["task"][slot] = self.env_task[agent // self.num_agents_per_env]
+                if waited_from is not None:  # the learners are behind: every slot is taken
+                    perf.current().add("wait_slot", time.perf_counter() - waited_from)
                 return slot
             except Empty:
+                if waited_from is None:
+                    waited_from = time.perf_counter()
                 if self.cfg.serial_mode:
                     raise RuntimeError("serial mode ran out of trajectory slots; this is a bug")
                 time.sleep(0.001)
@@ -210,6 +217,12 @@ class RolloutWorker(Component):
                     if self.should_stop():
                         self.stopped = True
         return None
+
+    @property
+    def waiting_for(self) -> str:
+        """What a wait on the inbox is for (sfx.engine.perf): the collection gate while a split is held there,
+        else the policy workers' actions."""
+        return "gate" if self.held else "actions"
 
     # ---------------------------------------------------------------- main step
 
@@ -229,6 +242,7 @@ class RolloutWorker(Component):
                     continue  # an answer to requests made before a restart or a resend
                 self.awaiting[split] -= n
                 if self.awaiting[split] == 0:
+                    perf.latency("act_round_trip", time.perf_counter() - self.asked_at[split])
                     self._advance_split(split)
                     if self.stopped:
                         return
@@ -253,6 +267,8 @@ class RolloutWorker(Component):
                 self.gate.count(self.worker_idx, starting)
         nap = self.num_agents_per_env
         first_env = split * self.envs_per_split
+        clock = time.perf_counter
+        env_sec = 0.0
         for e in range(first_env, first_env + self.envs_per_split):
             env = self.envs[e]
             base = e * nap
@@ -261,12 +277,15 @@ class RolloutWorker(Component):
                 a = base + j
                 actions.append(action_to_env(self.action_space,
                                              self.np[self.policy[a]]["actions"][self.slot[a], self.t[a]]))
+            t0 = clock()
             try:
                 obs, rewards, terminated, truncated, infos = env.step(actions)
             except Exception:  # noqa: BLE001 - an env crash costs its episode, not the run
                 obs, rewards, terminated, truncated, infos = self._replace_crashed_env(e, traceback.format_exc())
+            env_sec += clock() - t0
             for j in range(nap):
                 self._record_step(base + j, obs[j], rewards[j], terminated[j], truncated[j], infos[j])
+        perf.current().add("env_step", env_sec)
         self.env_steps += self.agents_per_split
         if self.stopped:
             return
@@ -419,6 +438,7 @@ class RolloutWorker(Component):
         self._put_requests(split)
 
     def _put_requests(self, split: int) -> None:
+        self.asked_at[split] = time.perf_counter()
         tagged = self.gen * self.num_splits + split
         for p, rows in self.last_requests[split].items():
             self.policy_queues[p].put((REQ, self.worker_idx, tagged, rows))

@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
+from sfx.engine import perf
 from sfx.engine.data_parallel import RankLost
-from sfx.engine.protocol import ERROR, RANK_LOST, RESEND, STOPPED
+from sfx.engine.protocol import ERROR, PERF, RANK_LOST, RESEND, STOPPED
 from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - re-exported
 from sfx.engine.component import ComponentSpec
 from sfx.engine.shared_arena import SharedArena, check_descriptors, descriptors_passed
@@ -37,6 +38,30 @@ PARENT_CHECK_SEC = 0.5
 # a component looks at its control queue at most this often (an empty read costs ~3 us, and a
 # rollout worker's loop turns thousands of times a second)
 CONTROL_POLL_SEC = 0.01
+# and samples its inbox's depth at most this often (sfx.engine.perf)
+DEPTH_SAMPLE_SEC = 0.1
+
+
+def timed_turn(component: Any, meter: perf.PerfMeter, read, control_msgs: list) -> None:
+    """One turn of a component's loop, timed (sfx.engine.perf): control messages, a read of its inbox
+    (``read() -> msgs``, the wait timed as ``wait/<component.waiting_for>``), the messages, ``tick()``."""
+    clock = time.perf_counter
+    if control_msgs:
+        t0 = clock()
+        component.process(control_msgs)
+        meter.add(f"busy/{perf.message_kind(control_msgs)}", clock() - t0)
+    waiting_for = component.waiting_for
+    t0 = clock()
+    msgs = read()
+    t1 = clock()
+    meter.add(f"wait/{waiting_for}", t1 - t0)
+    if msgs:
+        component.process(msgs)
+        t2 = clock()
+        meter.add(f"busy/{perf.message_kind(msgs)}", t2 - t1)
+        t1 = t2
+    component.tick()
+    meter.add("busy/tick", clock() - t1)
 
 
 def give_back_slots(w: Wiring, worker_index: int) -> int:
@@ -120,19 +145,29 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
         # a component without a heartbeat deadline (a learner) must never hang on a queue a killed
         # process left locked: it reads through a pump that follows the switch to a spare
         reader = QueuePump(spec.inbox) if spec.pump_inbox else None
+        # where this component's time goes, reported every few seconds (sfx.engine.perf)
+        meter = perf.PerfMeter(name, cfg.report_every_sec)
+        perf.use(meter)
         component.start()
-        control_due = 0.0
-        while not stopping():
-            if spec.control is not None and time.monotonic() >= control_due:
-                control_due = time.monotonic() + CONTROL_POLL_SEC
-                msgs = drain(spec.control)
-                if msgs:
-                    component.process(msgs)
+        meter.take()  # the windows start with the loop (startup shows in the log, not as busy time)
+
+        def read() -> list:
             wait = component.read_timeout_sec
-            msgs = reader.get(timeout=wait) if reader is not None else drain(spec.inbox, timeout=wait)
-            if msgs:
-                component.process(msgs)
-            component.tick()
+            return reader.get(timeout=wait) if reader is not None else drain(spec.inbox, timeout=wait)
+
+        control_due = depth_due = 0.0
+        while not stopping():
+            control = []
+            now = time.monotonic()
+            if spec.control is not None and now >= control_due:
+                control_due = now + CONTROL_POLL_SEC
+                control = drain(spec.control)
+            if now >= depth_due:
+                depth_due = now + DEPTH_SAMPLE_SEC
+                meter.inbox_depth(_depth(spec.inbox))
+            timed_turn(component, meter, read, control)
+            if meter.due():
+                w.report_queue.put((PERF, name, meter.take()))
             if component.stopped:
                 break
     except Exception as e:
@@ -149,6 +184,13 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
             except Exception:
                 log.exception("%s could not finish cleanly", name)
         w.report_queue.put((STOPPED, name, {}))
+
+
+def _depth(q: Any) -> int:
+    try:
+        return int(q.qsize())
+    except Exception:  # noqa: BLE001 - a depth is a diagnostic: a queue that cannot say gives 0
+        return 0
 
 
 def _exit_hung_shutdown() -> None:
@@ -302,28 +344,31 @@ class SerialRuntime:
         self.specs: dict[str, ComponentSpec] = {s.name: s for s in w.components}
         self.restarts: dict[str, int] = {}
         self.parts: list[tuple[ComponentSpec, Any]] = []
+        self.meters: dict[str, perf.PerfMeter] = {}
 
     def start(self) -> None:
         # one process runs them all: the most threads any component asks (a learner's; the others' small ops
         # stay on one thread below OpenMP's grain size)
         torch.set_num_threads(max((s.threads for s in self.w.components), default=1))
         for spec in self.w.components:
+            self.meters[spec.name] = perf.PerfMeter(spec.name, self.w.cfg.report_every_sec)
+            perf.use(self.meters[spec.name])
             self.parts.append((spec, spec.build(self.w, spec, self.device, 0)))
-        for _, comp in self.parts:  # learners come first in the wiring and publish weights
+        for spec, comp in self.parts:  # learners come first in the wiring and publish weights
+            perf.use(self.meters[spec.name])
             comp.start()
+        perf.use(None)
 
     def step(self) -> list:
         """One round: every component handles what waits for it. The coordinator checks its stop
         conditions between rounds, so a seeded serial run stops at the same step every time."""
         for spec, comp in self.parts:
-            if spec.control is not None:
-                msgs = drain(spec.control)
-                if msgs:
-                    comp.process(msgs)
-            msgs = drain(spec.inbox)
-            if msgs:
-                comp.process(msgs)
-            comp.tick()
+            meter = self.meters[spec.name]
+            perf.use(meter)
+            timed_turn(comp, meter, lambda: drain(spec.inbox), drain(spec.control) if spec.control is not None else [])
+            if meter.due():
+                self.w.report_queue.put((PERF, spec.name, meter.take()))
+        perf.use(None)
         return drain(self.w.report_queue)
 
     def dead_components(self) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from sfx.agents import Batch
+from sfx.engine import perf
 from sfx.engine.buffers import TrajectoryBuffers, tree_map
 
 
@@ -75,11 +76,17 @@ class FreshTrajectories:
     def next_batch(self, policy_version: int) -> Batch:
         k = self.per_iteration()
         slots, self.pending = self.pending[:k], self.pending[k:]
-        idx = torch.as_tensor(slots, dtype=torch.long)
-        data = tree_map(lambda v: v.index_select(0, idx).to(self.device), self.traj.tensors())
-        self.free_slots.put_many(list(slots))
         if self.gate is not None:
-            self.gate.took(self.policy, len(slots), self.per_iteration())
+            # taken now, before the copy: the workers may start the next trajectories while it is made (the
+            # slots themselves stay out of the free pool until copied)
+            self.gate.took(self.policy, len(slots), k)
+        idx = torch.as_tensor(slots, dtype=torch.long)
+        with perf.section("batch_gather"):
+            data = tree_map(lambda v: v.index_select(0, idx), self.traj.tensors())
+        if self.device.type != "cpu":
+            with perf.section("to_device"):
+                data = tree_map(lambda v: v.to(self.device, non_blocking=True), data)
+        self.free_slots.put_many(list(slots))
         n, T = data["rewards"].shape
         age = (policy_version - data["policy_versions"]).float()
         return Batch(data=data, valids=(age <= self.max_policy_lag) & data["active"],

@@ -139,10 +139,12 @@ def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False
     return max(1, len(os.sched_getaffinity(0)) - cfg.num_workers)
 
 
-def collection_gate(cfg: Any, agent: type[Agent], arena: SharedArena | None = None) -> CollectionGate | None:
-    """The rank's collection gate for ``--batches_ahead`` (-1: the agent's choice), or None for 0."""
+def collection_gate(cfg: Any, agent: type[Agent], arena: SharedArena | None = None,
+                    num_agents: int = 0) -> CollectionGate | None:
+    """The rank's collection gate for ``--batches_ahead`` (-1: the agent's choice), or None for 0; ``num_agents``:
+    the rank's acting agents (each keeps a trajectory in progress beyond the batches ahead)."""
     ahead = cfg.batches_ahead if cfg.batches_ahead >= 0 else agent.batches_ahead(cfg)
-    return CollectionGate(cfg.num_policies, cfg.num_workers, ahead, arena) if ahead > 0 else None
+    return CollectionGate(cfg.num_policies, cfg.num_workers, ahead, arena, num_agents) if ahead > 0 else None
 
 
 def probe_env(cfg: Any) -> EnvInfo:
@@ -323,7 +325,8 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks,
                eval_queue=(queue(CONTROL_QUEUE_BYTES) if with_learners and cfg.eval_every_env_steps > 0
                            and (ranks is None or ranks.is_main) else None), agent=_portable_agent(agent),
-               gate=collection_gate(cfg, agent, arena) if with_learners and not serial else None, arena=arena)
+               gate=collection_gate(cfg, agent, arena, num_agents_total) if with_learners and not serial else None,
+               arena=arena)
     w = dataclasses.replace(w, components=tuple(components(w)))
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w

@@ -13,6 +13,21 @@ from sfx.engine.queues import drain
 from tests.engine.test_training import _in_process_components, small_cfg, worker_processes
 
 
+def test_every_agent_keeps_a_trajectory_in_progress_beyond_the_batches_ahead():
+    # 256 agents, batches of 128 trajectories (an H100 line: 16 workers x 16 envs, batch 4096, rollout 32):
+    # a bound of one batch let only half the agents step
+    gate = CollectionGate(num_policies=1, num_workers=16, batches_ahead=1, num_agents=256)
+    gate.set_per_iteration(0, 128)
+    for w in range(16):
+        assert gate.may_start()
+        gate.count(w, 16)  # every agent starts a trajectory: 256 out
+    assert gate.read_out() == (256, 384) and gate.may_start()
+    gate.count(0, 128)  # a batch's worth finished and started again while the learner has not taken yet
+    assert not gate.may_start()
+    gate.took(0, 128, 128)
+    assert gate.may_start()
+
+
 def test_the_gate_counts_starts_against_every_learners_takes_and_the_lost():
     gate = CollectionGate(num_policies=2, num_workers=3, batches_ahead=2)
     assert not gate.may_start()  # no learner said its batch yet: nothing may start
@@ -49,35 +64,41 @@ def _drive(policy, worker, w, rounds=3000):
 
 
 def test_workers_stop_one_batch_ahead_and_a_take_lets_them_collect_with_the_new_weights(tmp_path):
-    """One worker, 4 agents in 2 splits, batches of 4 trajectories: with --batches_ahead=1 it sends one batch
-    and holds both splits (without the gate it fills every slot, 3 batches' worth); once the learner takes and
-    trains that batch, the next batch acts with the new weights from its second step on (its first action
-    was asked before the hold)."""
+    """One worker, 4 agents in 2 splits, batches of 4 trajectories: with --batches_ahead=1 every agent keeps a
+    trajectory in progress while one batch waits for the learner, so the worker sends two batches (the first,
+    and the one its agents collected while the first waited) and holds both splits (without the gate it fills
+    every slot, 3 batches' worth); once the learner takes and trains the first, the worker collects the third,
+    which acts with the new weights from its second step on (its first action was asked before the hold)."""
     cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=1, num_envs_per_worker=4,
                                     batches_ahead=1)
     per_iteration = cfg.batch_size // cfg.rollout
-    assert w.gate is not None and per_iteration == 4
+    assert w.gate is not None and per_iteration == 4 and w.gate.num_agents == 4
     learner = build_component(w, "learner", 0, 0, torch.device("cpu"))
     learner.start()  # publishes version 0 and tells the gate its batch
     policy = build_component(w, "policy_worker", 0, 0, torch.device("cpu"))
     worker = build_component(w, "rollout_worker", 0, -1, torch.device("cpu"))
     worker.should_stop = lambda: False
     worker.start()
-    first = _drive(policy, worker, w)
-    assert len(first) == per_iteration and worker.held == {0, 1}
-    assert int(w.gate.started.sum()) == per_iteration
+    sent = _drive(policy, worker, w)
+    assert len(sent) == 2 * per_iteration and worker.held == {0, 1}
+    assert int(w.gate.started.sum()) == 2 * per_iteration
     assert worker.read_timeout_sec < 0.01  # it polls the gate, not the 0.1 s idle read
-    # the learner takes them, trains (version 1) and frees their slots: the worker goes on
+    first, second = sent[:per_iteration], sent[per_iteration:]
+    # the learner takes the first, trains (version 1) and frees their slots: the worker goes on
     drain(w.report_queue)
     learner.process([(TRAJ, first)])
     assert learner.train_step == 1 and int(w.gate.learners[0, 0]) == per_iteration
-    second = _drive(policy, worker, w)
-    assert len(second) == per_iteration and worker.held == {0, 1}
-    versions = w.traj[0].policy_versions[second]
+    third = _drive(policy, worker, w)
+    assert len(third) == per_iteration and worker.held == {0, 1}
+    assert (w.traj[0].policy_versions[second] == 0).all()  # collected while the first waited
+    versions = w.traj[0].policy_versions[third]
     assert (versions[:, 0] == 0).all() and (versions[:, 1:] == 1).all()
     learner.process([(TRAJ, second)])
     lag = [r[2] for r in drain(w.report_queue) if r[0] == "train"][-1]
-    assert lag["policy_lag_max"] == 1 and lag["policy_lag_avg"] == pytest.approx(1 / cfg.rollout)
+    assert lag["policy_lag_max"] == 1 and lag["policy_lag_avg"] == pytest.approx(1.0)
+    learner.process([(TRAJ, third)])
+    lag = [r[2] for r in drain(w.report_queue) if r[0] == "train"][-1]
+    assert lag["policy_lag_max"] == 2 and lag["policy_lag_avg"] == pytest.approx(1 + 1 / cfg.rollout)
     worker.close()
 
 

@@ -154,17 +154,24 @@ def test_advantages_are_on_each_task_s_scale(tmp_path, monkeypatch):
         model.popart.mu.copy_(torch.tensor([0.0, 100.0], dtype=torch.float64))
         model.popart.nu.copy_(torch.tensor([4.0, 100.0 ** 2 + 1000.0 ** 2], dtype=torch.float64))
         model.popart.sigma_.copy_(PopArtStats(model.popart.mu, model.popart.nu).sigma(cfg.popart_clip_min))
+        model.popart.weight.fill_(1.0)  # both tasks have seen data: no first statistics in this minibatch
     got = {}
-    real = learner_mod.appo_targets
+    real_targets, real_normalize = learner_mod.appo_targets, learner_mod.normalize_advantages
 
-    def capture(*args, **kwargs):
-        got["scale"] = args[10] if len(args) > 10 else kwargs.get("advantage_scale")
-        return real(*args, **kwargs)
+    def capture_targets(*args, **kwargs):
+        got["raw"] = real_targets(*args, **kwargs).advantages
+        return real_targets(*args, **kwargs)
 
-    monkeypatch.setattr(learner_mod, "appo_targets", capture)
+    def capture_normalize(advantages, *args, **kwargs):
+        got.setdefault("scaled", advantages)  # the advantages the minibatch normalization gets
+        return real_normalize(advantages, *args, **kwargs)
+
+    monkeypatch.setattr(learner_mod, "appo_targets", capture_targets)
+    monkeypatch.setattr(learner_mod, "normalize_advantages", capture_normalize)
     mb, valids = _two_task_batch(model)
     learning_step(model, make_optimizer(cfg, model), mb, valids, cfg)
-    assert torch.allclose(got["scale"], torch.tensor([1 / 2, 1 / 1000, 1 / 2, 1 / 1000]))
+    scale = torch.tensor([1 / 2, 1 / 1000, 1 / 2, 1 / 1000], dtype=got["raw"].dtype).unsqueeze(1)
+    assert torch.allclose(got["scaled"], got["raw"] * scale)
 
 
 def test_one_task_with_popart_is_allowed(tmp_path):
