@@ -61,6 +61,7 @@ slow_note="skipped (default suite failed)"
 rc_slow=0
 if [ "$rc_default" -eq 0 ]; then
     start_local_slurm
+    scripts/install_chromium.sh  # the docs site's browser test (slow); it skips, saying why, without chromium
     suite slow "slow" "$@"
     slow_note="exit $rc_slow"
     if [ "$rc_slow" -eq 5 ]; then

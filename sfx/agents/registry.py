@@ -1,5 +1,5 @@
-"""``--algo`` -> the :class:`~sfx.agents.base.Agent` that learns. Built-in: ``APPO`` (the default) and
-``DUMMY_SAMPLER``; users add theirs before parsing the command line::
+"""``--algo`` -> the :class:`~sfx.agents.base.Agent` that learns. Built-in: ``APPO`` (the default), ``R2D2``,
+``SAC`` and ``DUMMY_SAMPLER``; users add theirs before parsing the command line::
 
     from sfx.agents import Agent, register_agent
 

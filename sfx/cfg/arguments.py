@@ -16,9 +16,10 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     """Add every flag the trainer itself understands (env families add theirs separately)."""
     g = parser.add_argument_group("experiment")
     g.add_argument("--algo", default="APPO",
-                   help="learning algorithm (a registered agent: APPO; DUMMY_SAMPLER = no training, random actions "
-                        "through the sampling path, the same as python -m sfx.dummy_sampler; or your own, see "
-                        "sfx.agents.register_agent); its flags join --help in a group of their own")
+                   help="learning algorithm, a registered agent: APPO (asynchronous PPO / V-trace), R2D2 "
+                        "(recurrent replay distributed DQN), SAC (soft actor-critic), DUMMY_SAMPLER (no training: "
+                        "random actions through the sampling path, as python -m sfx.dummy_sampler), or your own "
+                        "(sfx.agents.register_agent); its flags join --help in a group of their own")
     g.add_argument("--env", required=True, help="env name: a family prefix and the env, e.g. gym_CartPole-v1")
     g.add_argument("--experiment", default="default_experiment",
                    help="experiment folder name under --train_dir; an existing one is resumed")

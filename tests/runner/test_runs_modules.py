@@ -41,7 +41,7 @@ def test_commands_parse_with_the_trainer(name, tmp_path):
         assert spec.argv[:3] == ["python", "-m", "sfx.train"], spec.cmd
         args = spec.argv[3:]
         env = next(a.split("=", 1)[1] for a in args if a.startswith("--env="))
-        parser = build_parser(env)
+        parser = build_parser(env, argv=args)  # --algo picks its agent's flags
         known_flags = {s for a in parser._actions for s in a.option_strings}
         cfg, unknown = parser.parse_known_args(args)
         if "--with_pbt" not in known_flags:
