@@ -47,7 +47,17 @@ def requested_restart_behavior(argv: list[str]) -> str:
 def parse_for_training(argv: list[str]) -> Any:
     """The training cfg of ``argv``. With ``--restart_behavior=restart|overwrite`` an existing experiment
     folder is not resumed: the command line alone is parsed and validated, then the old folder is moved
-    to ``<experiment>_old_<time>`` (restart) or deleted (overwrite)."""
+    to ``<experiment>_old_<time>`` (restart) or deleted (overwrite). A run without ``--seed`` (and no saved
+    one) gets a random seed here, which cfg.json records: the run can be repeated with it."""
+    cfg = _parse_for_training(argv)
+    if cfg.seed is None:
+        from sfx.experiment.provenance import new_seed
+
+        cfg.seed = new_seed()
+    return cfg
+
+
+def _parse_for_training(argv: list[str]) -> Any:
     behavior = requested_restart_behavior(argv)
     if behavior == "resume":
         return parse_args(argv)

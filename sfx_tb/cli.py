@@ -3,7 +3,7 @@
     python -m sfx.tb [serve] PATTERN... [--dir train_dir] [--port 6006] [--refresh_every S] [-q] [--list]
     python -m sfx.tb plot PATTERN... [--metric reward]... [--x env_steps|time] [--spread std|minmax|none]
                           [--smooth W] [--out curves.png] [--format png|svg|pdf]
-    python -m sfx.tb table PATTERN... [--metric reward]... [--last_frac 0.1] [--csv out.csv]
+    python -m sfx.tb table PATTERN... [--metric reward]... [--last_frac 0.1] [--csv out.csv] [--provenance]
     python -m sfx.tb table PATTERN... --per_task [--metric reward]... [--csv out.csv]
 
 Bad input prints one ``sfx.tb: error: ...`` line and exits with status 2.
@@ -121,6 +121,9 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         p.add_argument("--csv", default=None,
                        help="also write the table, unrounded, to this CSV file (with --per_task, the suite "
                             "scores go to <name>_suite.csv beside it)")
+        p.add_argument("--provenance", action="store_true",
+                       help="also print what each experiment was, from its cfg.json: seed, sfx's git commit "
+                            "(+dirty: uncommitted changes), CUDA and package versions")
         return p
     raise ValueError(f"mode {mode!r}: use one of {', '.join(MODES)}")
 
@@ -172,6 +175,10 @@ def _run_table(args: argparse.Namespace) -> int:
     df = load_scalars(args.patterns, args.dir, policy=args.policy)
     table = summary_table(df, metrics, last_frac=last_frac)
     print(to_markdown(table))
+    if args.provenance:
+        from sfx_tb.provenance import provenance_table
+
+        print("\nprovenance (cfg.json):\n" + provenance_table(args.patterns, args.dir))
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}", file=sys.stderr)

@@ -30,12 +30,12 @@ CFG_FILE = "cfg.json"
 SUMMARY_DIR = ".summary"
 
 # cfg keys that may differ between the seeds of one group: the seed itself, where and under which
-# name the run was stored, how it was launched, and how often it logged or saved (none of these
-# changes what is learned)
+# name the run was stored, how it was launched, how often it logged or saved, and its provenance (when,
+# where, from which commit: shown by the provenance table, never a reason to split a group)
 IGNORED_CFG_KEYS = frozenset({
     "seed", "experiment", "train_dir", "command_line", "explicit_args",
     "report_every_sec", "experiment_summaries_interval", "save_every_sec", "keep_checkpoints",
-    "save_milestones_sec",
+    "save_milestones_sec", "provenance", "restart_behavior",
 })
 
 # folder-name pieces: "<NN>_" the runner's index, "seed=N" / "see=N" (the runner cuts keys to >= 3 letters)

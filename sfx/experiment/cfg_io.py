@@ -38,9 +38,18 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def save_cfg(cfg: Any, path: str | os.PathLike | None = None) -> Path:
-    """Save ``cfg`` as JSON (default: ``train_dir/experiment/cfg.json``), atomically; returns the path."""
+    """Save ``cfg`` as JSON (default: ``train_dir/experiment/cfg.json``), atomically; returns the path.
+
+    The experiment's own cfg.json (no ``path``) also gets ``provenance``: the git commit and dirty flag of
+    sfx's checkout, package versions, CUDA (:func:`sfx.experiment.provenance.provenance`); a resume does not
+    read it back as a flag."""
+    data = cfg_to_dict(cfg)
+    if path is None:
+        from sfx.experiment.provenance import provenance
+
+        data["provenance"] = provenance()
     path = Path(path) if path is not None else cfg_path(cfg)
-    atomic_write_text(path, json.dumps(cfg_to_dict(cfg), indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
 
 

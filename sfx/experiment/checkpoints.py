@@ -1,6 +1,7 @@
 """Checkpoints: atomic saves, pruning to the newest few, milestones, and a load that survives corruption.
 
-A checkpoint is a dict ``{'model', 'optimizer', 'train_step', 'env_steps', 'policy_version', 'cfg'}``
+A checkpoint is a dict ``{'model', 'optimizer', 'train_step', 'env_steps', 'policy_version', 'cfg', 'rng'}``
+(``rng``: the saving process's torch, numpy and Python random states, :func:`sfx.experiment.provenance.rng_state`)
 saved by ``torch.save`` as ``checkpoint_p{N}/checkpoint_{train_step:09d}_{env_steps}.pth``.
 """
 
@@ -55,7 +56,9 @@ def save_checkpoint(cfg: Any, policy_id: int, state: dict) -> Path:
     directory = checkpoint_dir(cfg, policy_id)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / checkpoint_name(state["train_step"], state["env_steps"])
-    atomic_torch_save(state, path)
+    from sfx.experiment.provenance import rng_state
+
+    atomic_torch_save({**state, "rng": state.get("rng") or rng_state()}, path)
     prune_checkpoints(directory, cfg.keep_checkpoints)
     return path
 
