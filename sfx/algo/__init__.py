@@ -14,6 +14,7 @@ from sfx.algo.distributions import (
     make_action_distribution,
 )
 from sfx.algo.gae import gae
+from sfx.algo.targets import scale_rewards
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.nstep import NStepTargets, n_step_targets
 from sfx.algo.popart import (PopArtStats, PopArtStep, popart_advantages, popart_normalize, popart_preserve_,

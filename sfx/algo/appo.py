@@ -35,7 +35,7 @@ import torch
 from sfx.algo.distributions import ActionDistribution
 from sfx.algo.gae import gae
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
-from sfx.algo.targets import Targets
+from sfx.algo.targets import Targets, scale_rewards
 from sfx.algo.vtrace import vtrace
 
 __all__ = ["APPOParams", "EXPLORATION_LOSSES", "LOSS_TERMS", "LossTerms", "TrajectoryOutputs", "appo_loss_terms",
@@ -191,7 +191,7 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
     """
     p = params
     with torch.no_grad():
-        r = (rewards * p.reward_scale).clamp(-p.reward_clip, p.reward_clip)
+        r = scale_rewards(rewards, p.reward_scale, p.reward_clip)
         if active is None:
             gamma: float | torch.Tensor = p.gamma
         else:

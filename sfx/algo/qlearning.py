@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import torch
 
+from sfx.algo.targets import scale_rewards  # noqa: F401 - re-exported: one definition for every agent
+
 from sfx.algo.nstep import check_batch_major, check_gamma_n, n_step_targets
 
 __all__ = [
@@ -93,23 +95,6 @@ def value_rescale_inverse(y: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     u_plus_1 = 2.0 * (a + 1.0 + eps) / (s + 1.0) + 1.0
     u_minus_1 = 2.0 * a / (1.0 + 2.0 * eps + s)
     return torch.sign(y) * u_minus_1 * u_plus_1
-
-
-def scale_rewards(rewards: torch.Tensor, scale: float, clip: float) -> torch.Tensor:
-    """``clip(scale * rewards, -clip, clip)`` elementwise: ``--reward_scale``, then ``--reward_clip`` on the scaled
-    rewards (the unit APPO's targets use, ``sfx.algo.appo``'s ``r_t``; one definition, so that a flag means
-    the same for every agent). Applied to each env step's reward, before any n-step sum.
-
-    Args:
-        rewards: any shape, floating point: the env's rewards.
-        scale: > 0, finite.
-        clip: > 0 (``inf``: no clipping).
-    """
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0.0 < float(scale) < float("inf"):
-        raise ValueError(f"scale_rewards: scale={scale!r}; must be a finite number > 0")
-    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not float(clip) > 0.0:
-        raise ValueError(f"scale_rewards: clip={clip!r}; must be a number > 0 (inf: no clipping)")
-    return (rewards * scale).clamp(-clip, clip)
 
 
 # ----------------------------------------------------------------------------------------------------------

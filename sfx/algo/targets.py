@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Targets", "carry_through_inactive"]
+__all__ = ["Targets", "carry_through_inactive", "scale_rewards"]
 
 
 class Targets(NamedTuple):
@@ -54,3 +54,20 @@ def carry_through_inactive(own: torch.Tensor, last: torch.Tensor, rewards: torch
     for t in range(own.shape[0] - 1, -1, -1):
         out[t] = torch.where(active[t], own[t], rewards[t] + discounts[t] * out[t + 1])
     return out
+
+
+def scale_rewards(rewards: torch.Tensor, scale: float, clip: float) -> torch.Tensor:
+    """``clip(scale * rewards, -clip, clip)`` elementwise: ``--reward_scale``, then ``--reward_clip`` on the scaled
+    rewards (``sfx.algo.appo``'s ``r_t``, R2D2's and SAC's rewards: one definition, so that a flag means
+    the same for every agent). Applied to each env step's reward, before any n-step sum.
+
+    Args:
+        rewards: any shape, floating point: the env's rewards.
+        scale: > 0, finite.
+        clip: > 0 (``inf``: no clipping).
+    """
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0.0 < float(scale) < float("inf"):
+        raise ValueError(f"scale_rewards: scale={scale!r}; must be a finite number > 0")
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not float(clip) > 0.0:
+        raise ValueError(f"scale_rewards: clip={clip!r}; must be a number > 0 (inf: no clipping)")
+    return (rewards * scale).clamp(-clip, clip)
