@@ -247,7 +247,7 @@ def evaluate(env: str, experiment: str, **flags: Any) -> dict:
         import sfx
         scores = sfx.evaluate(env="gym_CartPole-v1", experiment="cartpole", max_num_episodes=20)
     """
-    from sfx.train import flags_to_argv
+    from sfx.cfg.cfg_json import flags_to_argv
 
     flags = {"no_render": True, **flags}
     switches = [f"--{name}" for name in SWITCHES if flags.pop(name, False)]

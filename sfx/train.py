@@ -22,6 +22,7 @@ from typing import Any
 import sfx.pbt  # noqa: F401 - registers population-based training as a coordinator observer
 from sfx.agents import find_agent
 from sfx.cfg import ConfigError, parse_args
+from sfx.cfg.cfg_json import flags_to_argv
 from sfx.engine import run_training
 
 # 75 (EX_TEMPFAIL): another rank of a multi-rank training died, hung or was killed; this rank stopped with
@@ -113,19 +114,6 @@ class TrainResult:
     checkpoint: Path | None         # policy 0's newest checkpoint
     cfg: Any = field(repr=False, default=None)     # the cfg it ran with
     stats: dict = field(repr=False, default_factory=dict)  # run_training's whole result (per policy: lists)
-
-
-def flags_to_argv(flags: dict) -> list[str]:
-    """``{"num_workers": 2, "use_rnn": False}`` -> ``["--num_workers=2", "--use_rnn=False"]`` (``None``: the
-    flag's default, left out; a list or tuple: comma-joined, as the command line writes it)."""
-    argv = []
-    for key, value in flags.items():
-        if value is None:
-            continue
-        if isinstance(value, (list, tuple)):
-            value = ",".join(str(v) for v in value)
-        argv.append(f"--{key}={value}")
-    return argv
 
 
 def train(env: str, experiment: str, **flags: Any) -> TrainResult:

@@ -1,4 +1,5 @@
-"""cfg.json: a cfg's JSON-able fields, and reading them back (the resume's source)."""
+"""cfg.json: a cfg's JSON-able fields, and reading them back (the resume's source); flag values as a
+command line (the Python API's way into the parser)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,16 @@ def load_cfg(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} is corrupted: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def flags_to_argv(flags: dict) -> list[str]:
+    """``{"num_workers": 2, "use_rnn": False}`` -> ``["--num_workers=2", "--use_rnn=False"]`` (``None``: the
+    flag's default, left out; a list or tuple: comma-joined, as the command line writes it)."""
+    argv = []
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        argv.append(f"--{key}={value}")
+    return argv

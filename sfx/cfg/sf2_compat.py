@@ -78,17 +78,17 @@ def add_sf2_compat_args(parser: argparse.ArgumentParser) -> None:
                    allowed=(True,),
                    why="sfx always samples while the learner trains; for (nearly) on-policy batches use "
                        "--batches_ahead=0 and a small --max_policy_lag, or --serial_mode=True (one process)",
-                   help="SF2: sample while training; sfx always does (True is the only value)")
+                   help="SF2: sample while training; sfx always does (True is the only value) (default: not given)")
     g.add_argument("--batched_sampling", type=str2bool, nargs="?", const=True, metavar="BOOL", action=Sf2Only,
                    allowed=(False,),
                    why="sfx's rollout workers step their envs one by one (SF2's non-batched sampling); for more "
                        "throughput raise --num_envs_per_worker with --worker_num_splits=2, or --num_workers",
                    help="SF2: vectorised envs stepped as one batch; sfx steps envs one by one (False is the only "
-                        "value)")
+                        "value) (default: not given)")
     g.add_argument("--value_bootstrap", type=str2bool, nargs="?", const=True, metavar="BOOL", action=Sf2Only,
                    allowed=(True,),
                    why="sfx always bootstraps the value of a truncated episode (gymnasium's truncated flag) and "
                        "never of a terminated one; to end episodes without a bootstrap, make the env report "
                        "terminated instead of truncated",
                    help="SF2: bootstrap the value at time-outs; sfx always does on truncation (True is the only "
-                        "value)")
+                        "value) (default: not given)")

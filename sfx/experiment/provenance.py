@@ -45,10 +45,8 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
 
 def provenance() -> dict:
     """The provenance of a run started now, from this process (see the module docstring)."""
-    import sfx
-
     info: dict[str, Any] = {
-        "git": git_state(Path(sfx.__file__).parent),
+        "git": git_state(Path(__file__).resolve().parents[1]),  # sfx's own folder
         "packages": package_versions(),
         "python": platform.python_version(),
         "host": platform.node(),
