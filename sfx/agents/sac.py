@@ -215,7 +215,8 @@ class SAC(Agent):
 
         box_actions(action_space, cls.name)
         # the warm-up's rows, shared by the policy's workers (each serves about an equal share of the actors' steps)
-        random_steps = math.ceil(cfg.learning_starts / max(1, cfg.policy_workers_per_policy)) \
+        actors = 1 if cfg.inference == "learner" else max(1, cfg.policy_workers_per_policy)  # acting forward passes
+        random_steps = math.ceil(cfg.learning_starts / actors) \
             if cfg.random_warmup else 0
         return SquashedGaussianActing(action_space.low, action_space.high, seed=cfg.seed, random_steps=random_steps)
 

@@ -41,7 +41,14 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--worker_num_splits", type=int, default=2,
                    help="groups each worker's envs are split into (double buffering: one group steps while the "
                         "other waits for actions); must divide --num_envs_per_worker")
-    g.add_argument("--policy_workers_per_policy", type=int, default=1, help="inference processes per policy")
+    g.add_argument("--policy_workers_per_policy", type=int, default=1,
+                   help="inference processes per policy (--inference=workers)")
+    g.add_argument("--inference", default="workers", choices=["workers", "learner"],
+                   help="where the acting forward passes run: workers = --policy_workers_per_policy policy worker "
+                        "processes per policy, which read the learner's published weights; learner = SEED RL's "
+                        "central inference: a thread of each learner's process, on its device, acting with the "
+                        "weights it trains (no publication through shared memory). Default workers: measured "
+                        "faster on a CPU (see the docs' Benchmarks page); not yet measured on a GPU")
     g.add_argument("--num_policies", type=int, default=1, help="policies trained together (agents map to policies)")
     g.add_argument("--rollout", type=int, default=32, help="trajectory length in agent steps sent to the learner")
     g.add_argument("--env_frameskip", type=int, default=1,

@@ -61,11 +61,14 @@ class Learner(Component):
     def __init__(self, cfg: Any, policy_id: int, agent: type[Agent], model: torch.nn.Module,
                  traj_buffers: TrajectoryBuffers, weights: WeightsBuffer, free_slot_queue: Any,
                  report_queue: Any, device: torch.device, group: Any = None, ranks: Any = None,
-                 gate: Any = None) -> None:
+                 gate: Any = None, inference: Any = None) -> None:
         # group: a GradientGroup when this policy's learners run on several ranks (sfx.engine.data_parallel);
         # ranks: this process's RankInfo (sfx.engine.ranks): with several ranks, start() joins the group;
-        # gate: the rank's CollectionGate (--batches_ahead), told what this learner takes
+        # gate: the rank's CollectionGate (--batches_ahead), told what this learner takes;
+        # inference: --inference=learner's LearnerInference (sfx.engine.learner_inference): this policy's acting
+        # runs here, and ``weights`` is its LocalWeights (the copy on the device, and shared memory if needed)
         self.group = group
+        self.inference = inference
         self.ranks = ranks
         self.is_main = ranks is None or ranks.is_main
         self.stop_requested = False  # STOP_LEARNING received: vote to stop at the next iteration
@@ -124,6 +127,8 @@ class Learner(Component):
             if not self.group.weights_match(self.model):
                 raise RuntimeError("the ranks' weights differ right after the broadcast from rank 0")
         self.weights.publish(self.model, self.train_step)
+        if self.inference is not None:
+            self.inference.start(threaded=not self.cfg.serial_mode)
         self.report_queue.put((LEARNER_READY, self.policy_id,
                                {"env_steps": self.env_steps, "train_step": self.train_step}))
 
@@ -210,10 +215,16 @@ class Learner(Component):
                                                                "from_policy": payload.get("from_policy")}))
 
     def tick(self) -> None:
+        if self.inference is not None:
+            self.inference.check()
+            if self.cfg.serial_mode:
+                self.inference.poll()
         self.maybe_save()
 
     def finish(self) -> None:
         """The final checkpoint (after a stop, or after a crash: the last good weights)."""
+        if self.inference is not None:
+            self.inference.stop()
         self.save_checkpoint()
         if self.group is not None:
             self.group.close()

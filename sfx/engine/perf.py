@@ -25,6 +25,7 @@ import collections
 import contextlib
 import logging
 import math
+import threading
 import time
 from typing import Any, Iterator
 
@@ -131,30 +132,29 @@ class _NullMeter(PerfMeter):
 
 
 _NULL = _NullMeter("none")
-_current: PerfMeter = _NULL
+_local = threading.local()  # per thread: a learner's inference thread has a meter of its own
 
 
 def use(meter: PerfMeter | None) -> None:
-    """Make ``meter`` the current one (the runtime loop does, before handing a component control)."""
-    global _current
-    _current = meter if meter is not None else _NULL
+    """Make ``meter`` this thread's current one (the runtime loop does, before handing a component control)."""
+    _local.meter = meter if meter is not None else _NULL
 
 
 def current() -> PerfMeter:
-    return _current
+    return getattr(_local, "meter", _NULL)
 
 
 def section(name: str):
     """``with section("forward"):`` times a part of the current component's work."""
-    return _current.section(name)
+    return current().section(name)
 
 
 def count(name: str, n: int = 1) -> None:
-    _current.count(name, n)
+    current().count(name, n)
 
 
 def latency(name: str, sec: float) -> None:
-    _current.latency(name, sec)
+    current().latency(name, sec)
 
 
 def message_kind(msgs: list) -> str:
@@ -241,9 +241,10 @@ class PerfTable:
     def status_text(self) -> str:
         """A short part of the status line: each role's busy share (and its largest part), e.g.
         ``busy rollout 93% (env_step 71%), inference 38%, learner 64%``; empty before the first window."""
-        names = {"rollout_worker": "rollout", "policy_worker": "inference", "learner": "learner"}
+        names = {"rollout_worker": "rollout", "policy_worker": "inference", "inference": "inference",
+                 "learner": "learner"}
         parts = []
-        for role in ("rollout_worker", "policy_worker", "learner"):
+        for role in ("rollout_worker", "policy_worker", "inference", "learner"):
             t = self.last.get(role)
             if t is None or t.wall <= 0:
                 continue

@@ -191,23 +191,39 @@ def _seeded_model(w: Wiring, policy: int):
                                       w.env_info.num_tasks)
 
 
-def build_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
+def _actor(w: Wiring, policy: int, index: int, weights: Any, device: torch.device):
+    """A policy worker of ``policy``: its acting rule bound to this rank's agents, a model of its own."""
     from sfx.engine.policy_worker import PolicyWorker
 
     rule = wiring_agent(w).acting_rule(w.cfg, w.env_info.action_space)
     actors = int(w.agents.final_rnn.shape[0])  # this rank's acting agents (all workers)
     rank, world = (w.ranks.rank, w.ranks.world_size) if w.ranks is not None else (0, 1)
     rule.bind_actors(first=rank * actors, total=world * actors)
-    return PolicyWorker(w.cfg, spec.policy, spec.index, _seeded_model(w, spec.policy), rule, w.traj[spec.policy],
-                        w.agents, w.weights[spec.policy], list(w.rollout_inboxes), w.report_queue, device)
+    return PolicyWorker(w.cfg, policy, index, _seeded_model(w, policy), rule, w.traj[policy], w.agents, weights,
+                        list(w.rollout_inboxes), w.report_queue, device)
+
+
+def build_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
+    return _actor(w, spec.policy, spec.index, w.weights[spec.policy], device)
 
 
 def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
     from sfx.engine.learner import Learner
 
+    weights, inference = w.weights[spec.policy], None
+    if w.cfg.inference == "learner":
+        from sfx.engine.learner_inference import LearnerInference, LocalWeights
+
+        # the policy's acting runs in this process (a thread), on a copy of the model the learner keeps current;
+        # shared memory is published too only for the evaluator
+        actor = _actor(w, spec.policy, 0, None, device)
+        weights = LocalWeights(actor.model, device, shared=w.weights[spec.policy] if w.eval_queue is not None else None)
+        actor.weights = weights
+        inference = LearnerInference(actor, w.policy_queues[spec.policy], weights, w.report_queue, spec.policy,
+                                     w.cfg.report_every_sec)
     return Learner(w.cfg, spec.policy, wiring_agent(w), _seeded_model(w, spec.policy), w.traj[spec.policy],
-                   w.weights[spec.policy], w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks,
-                   gate=w.gate)
+                   weights, w.free_slots[spec.policy], w.report_queue, device, ranks=w.ranks, gate=w.gate,
+                   inference=inference)
 
 
 def build_evaluator(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
@@ -227,9 +243,10 @@ def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     specs = [ComponentSpec("learner", p, p, build_learner, w.learner_queues[p], w.learner_control[p], device,
                            threads, pump_inbox=True, heartbeat_deadline=False, restartable=False)
              for p in range(cfg.num_policies)]
-    specs += [ComponentSpec("policy_worker", p * cfg.policy_workers_per_policy + i, p, build_policy_worker,
-                            w.policy_queues[p], None, device)
-              for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
+    if cfg.inference == "workers":  # else each learner acts for its policy (sfx.engine.learner_inference)
+        specs += [ComponentSpec("policy_worker", p * cfg.policy_workers_per_policy + i, p, build_policy_worker,
+                                w.policy_queues[p], None, device)
+                  for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
     if w.eval_queue is not None:  # evaluation during training (rank 0 only): one more process, one thread
         specs.append(ComponentSpec("evaluator", 0, -1, build_evaluator, w.eval_queue, None, device))
     return tuple(specs) + rollout_worker_specs(w)
