@@ -63,6 +63,8 @@ def build_parser(runner: str | None = None) -> argparse.ArgumentParser:
                         help="run module exposing RUN_DESCRIPTION: a dotted module (runs.quickstart), a name in "
                              "runs/ (quickstart) or a path to a .py file")
     parser.add_argument("--runner", default="processes", choices=list(BACKENDS), help="where the experiments run")
+    parser.add_argument("--backend", dest="runner", choices=list(BACKENDS), default=argparse.SUPPRESS,
+                        help="Sample Factory 2's name of --runner")
     parser.add_argument("--train_dir", default="./train_dir",
                         help="root folder; experiments go to <train_dir>/<run_name>/<experiment>/")
     parser.add_argument("--experiment_suffix", default=None, metavar="SUFFIX",
@@ -219,7 +221,7 @@ def apply_experiment_suffix(run: RunDescription, suffix: str | None) -> None:
 def _run(argv: list[str]) -> int:
     # the chosen backend first: its flags must load even if another backend's module is broken
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # --run is not short for --runner
-    pre.add_argument("--runner", default="processes")
+    pre.add_argument("--runner", "--backend", dest="runner", default="processes")
     runner = pre.parse_known_args(argv)[0].runner
     args = build_parser(runner).parse_args(argv)
     if args.json and not args.status:

@@ -69,8 +69,8 @@ def add_sf2_compat_args(parser: argparse.ArgumentParser) -> None:
         "Sample Factory 2.x spellings: an alias sets the sfx flag it names; a flag of SF2 whose value sfx always "
         "has is accepted at that value, and another value is an error naming sfx's way")
     g.add_argument("--num_epochs", type=int, metavar="N", action=Sf2Alias, target="ppo_epochs",
-                   help="SF2's name of --ppo_epochs (passes over each iteration's data; APPO) "
-                        "(default: not given, --ppo_epochs decides)")
+                   help="SF2's name of APPO's ppo_epochs flag (passes over each iteration's data) "
+                        "(default: not given, APPO's flag decides)")
     g.add_argument("--restart_behavior", choices=RESTART_BEHAVIORS, default="resume",
                    help="when the experiment folder exists (SF2's meanings): resume = continue it; restart = keep "
                         "it as <experiment>_old_<time> and start afresh; overwrite = delete it and start afresh")

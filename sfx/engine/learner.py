@@ -111,8 +111,11 @@ class Learner(Component):
         self.agent.group = self.group
         ckpt = load_latest_checkpoint(self.cfg, self.policy_id, map_location=self.device) if self.is_main else None
         if ckpt is not None:
+            from sfx.experiment.provenance import restore_rng_state
+
             self.model.load_state_dict(ckpt["model"])
             self.agent.load_learning_state(ckpt)
+            restore_rng_state(ckpt.get("rng"))  # the random streams go on where the saved run left them
             self.train_step = int(ckpt["train_step"])
             self.env_steps = int(ckpt["env_steps"])
             log.info("policy %d resumed at train step %d, %d env steps",

@@ -118,6 +118,7 @@ class RolloutWorker(Component):
         self.env_steps = 0
         self.env_errors = 0  # envs that crashed and were recreated
         self.reported_env_errors = 0
+        self.last_env_error: str | None = None  # the last crash's exception, one line (the supervisor names it)
         self.stopped = False
 
     # ---------------------------------------------------------------- setup
@@ -301,6 +302,7 @@ class RolloutWorker(Component):
         dropped: this step is recorded as inactive (not trained on) and terminal (nothing is
         bootstrapped across the crash), with no episode statistics. Counted as ``env_errors``."""
         self.env_errors += 1
+        self.last_env_error = error.strip().splitlines()[-1] if error.strip() else None
         log.error("rollout worker %d: env %d crashed (%d env errors so far); recreating it, its episode is "
                   "dropped:\n%s", self.worker_idx, e, self.env_errors, error)
         try:
@@ -473,7 +475,8 @@ class RolloutWorker(Component):
             return
         self.report_queue.put((ROLLOUT, self.worker_idx, {"env_steps": self.env_steps,
                                                             "episodes": self.episode_stats,
-                                                            "env_errors": self.env_errors - self.reported_env_errors}))
+                                                            "env_errors": self.env_errors - self.reported_env_errors,
+                                                            "env_error": self.last_env_error}))
         self.reported_env_errors = self.env_errors
         self.episode_stats = []
         self.env_steps = 0
