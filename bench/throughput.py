@@ -74,7 +74,6 @@ import platform
 import queue
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,7 +86,8 @@ from typing import Callable
 from bench.episode_cap import MODULE as EPISODE_CAP_MODULE
 from bench.episode_cap import capped_name
 from bench.procs import split_extra, stop_group
-from bench.throughput_common import REPO_ROOT, format_columns, ratio, run_json_child, tail, write_result
+from bench.throughput_common import (REPO_ROOT, GpuMonitor, format_columns, gpu_info, ratio, run_json_child, tail,
+                                    write_result)
 from bench.throughput_common import child_env as common_child_env
 from bench.throughput_common import fmt_count as fmt_fps
 
@@ -348,65 +348,6 @@ def capped_flags(args: argparse.Namespace, flags: list[str]) -> list[str]:
 
 # --------------------------------------------------------------------------- 3.-7. trainings
 
-class GpuMonitor:
-    """``nvidia-smi`` sampling the GPU's utilisation and memory once a second while a training runs;
-    :meth:`summary` averages the samples of a time window. Without nvidia-smi it records nothing."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.samples: list[tuple[float, float, float]] = []  # (monotonic time, utilisation %, memory MiB)
-        self.proc = None
-        exe = shutil.which("nvidia-smi") if enabled else None
-        if exe is None:
-            return
-        self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
-                                      "-l", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                util, mem = (float(x) for x in line.split(",")[:2])
-            except ValueError:
-                continue
-            self.samples.append((time.monotonic(), util, mem))
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait()
-            self.thread.join(timeout=5)
-
-    def summary(self, start: float, end: float) -> dict:
-        window = [(u, m) for t, u, m in self.samples if start <= t <= end]
-        if not window:
-            return {}
-        return {"gpu_util_mean": sum(u for u, _ in window) / len(window), "gpu_util_max": max(u for u, _ in window),
-                "gpu_mem_max_mib": max(m for _, m in window), "gpu_samples": len(window)}
-
-
-def gpu_info() -> dict:
-    """Name, memory and driver of the first CUDA GPU (nvidia-smi, else torch); {} when there is none."""
-    exe = shutil.which("nvidia-smi")
-    if exe:
-        try:
-            out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
-        except (OSError, subprocess.TimeoutExpired):
-            out = []
-        if out:
-            name, memory, driver = [x.strip() for x in out[0].split(",")[:3]]
-            return {"name": name, "memory": memory, "driver": driver, "count": len(out)}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
-    except ImportError:
-        pass
-    return {}
-
-
 @dataclass
 class Training:
     """A training command and how to read its log."""
@@ -419,16 +360,27 @@ class Training:
     after: Callable[[Path], dict] | None = None  # reads more figures from its run folder when it is over
 
 
-def measure_training(training: Training, args: argparse.Namespace, workdir: Path) -> dict:
+def run_training(training: Training, args: argparse.Namespace, workdir: Path) -> dict:
+    """:func:`measure_training` of ``training``, the GPU sampled when the trainings run on one."""
+    return measure_training(training.name, training.cmd, training.counter, args, workdir, training.env,
+                            stats=training.stats, after=training.after, gpu=args.device == "gpu")
+
+
+def measure_training(name: str, cmd: list[str], counter: re.Pattern, args: argparse.Namespace, workdir: Path,
+                     env: dict[str, str], *, stats: dict[str, re.Pattern] | None = None,
+                     after: Callable[[Path], dict] | None = None, gpu: bool = False) -> dict:
     """Run a training command, time-stamp its cumulative frame counter lines as they arrive and
-    return the slope over the measured window; then interrupt it and kill its process group."""
-    log_path = workdir / f"{training.name}.log"
+    return the slope over the measured window; then interrupt it and kill its process group.
+    ``args``: ``warmup`` and ``seconds``. ``stats``: more numbers its lines carry (the last value
+    inside the window is kept); ``after``: reads more figures from its run folder once it is over;
+    ``gpu``: sample the GPU's utilisation through the window."""
+    log_path = workdir / f"{name}.log"
     lines: queue.Queue = queue.Queue()
-    stats: dict[str, float] = {}
-    run_dir = workdir / training.name
+    patterns, stats = stats or {}, {}
+    run_dir = workdir / name
     run_dir.mkdir()  # VizDoom writes _vizdoom.ini and _vizdoom/ into the working directory
-    gpu = GpuMonitor(args.device == "gpu")
-    proc = subprocess.Popen(training.cmd, cwd=run_dir, env=training.env, stdout=subprocess.PIPE,
+    monitor = GpuMonitor(gpu)
+    proc = subprocess.Popen(cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace", bufsize=1)
     window_open = threading.Event()
 
@@ -439,11 +391,11 @@ def measure_training(training: Training, args: argparse.Namespace, workdir: Path
                 log.write(line)
                 clean = ANSI.sub("", line)
                 if window_open.is_set():
-                    for key, pattern in training.stats.items():
+                    for key, pattern in patterns.items():
                         m = pattern.search(clean)
                         if m:
                             stats[key] = float(m.group(1))
-                m = training.counter.search(clean)
+                m = counter.search(clean)
                 if m:
                     lines.put((now, int(m.group(1).replace(",", ""))))
         lines.put(None)
@@ -485,14 +437,14 @@ def measure_training(training: Training, args: argparse.Namespace, workdir: Path
     finally:
         stop_group(proc)
         reader.join(timeout=10)
-        gpu.stop()
+        monitor.stop()
     if end is None:
         return {"status": "failed", "fps": float("nan"), "reason": reason, "log": tail(log_path, LOG_TAIL_LINES)}
     result = {"status": "done", "fps": slope(window), "fps_endpoints": (end[1] - start[1]) / (end[0] - start[0]),
               "frames": end[1] - start[1], "seconds": end[0] - start[0], "startup_sec": first[0] - started,
-              "counter_lines": len(window), "command": training.cmd, **stats, **gpu.summary(start[0], end[0])}
-    if training.after is not None:
-        result.update(training.after(run_dir))
+              "counter_lines": len(window), "command": cmd, **stats, **monitor.summary(start[0], end[0])}
+    if after is not None:
+        result.update(after(run_dir))
     return result
 
 
@@ -507,30 +459,31 @@ def slope(points: list[tuple[float, int]]) -> float:
     return sum((t - mt) * (f - mf) for t, f in points) / var if var > 0 else float("nan")
 
 
-def run_flags(args: argparse.Namespace) -> list[str]:
+def run_flags(device: str) -> list[str]:
     """How long and where every training runs (the bench stops it; flag names shared by both frameworks)."""
-    return [f"--device={args.device}", "--set_workers_cpu_affinity=True", "--train_for_seconds=100000",
+    return [f"--device={device}", "--set_workers_cpu_affinity=True", "--train_for_seconds=100000",
             "--save_every_sec=100000"]
 
 
-def training_flags(args: argparse.Namespace) -> list[str]:
-    """Settings both doom trainings share (flag names are the same in sfx and Sample Factory 2)."""
+def training_flags(args: argparse.Namespace, device: str = "cpu") -> list[str]:
+    """Settings both doom trainings share (flag names are the same in sfx and Sample Factory 2); ``args``:
+    ``env``, ``num_workers``, ``num_envs_per_worker``, ``batch_size``."""
     return [f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs_per_worker}",
             "--worker_num_splits=2", "--rollout=32", "--recurrence=32", f"--batch_size={args.batch_size}",
             "--use_rnn=True", "--rnn_type=lstm", "--res_w=128", "--res_h=72",
-            "--env_frameskip=4", "--wide_aspect_ratio=False", *run_flags(args), f"--env={args.env}"]
+            "--env_frameskip=4", "--wide_aspect_ratio=False", *run_flags(device), f"--env={args.env}"]
 
 
 def overhead_flags(args: argparse.Namespace) -> list[str]:
     """Settings both pipeline-overhead trainings share: CartPole, no RNN, GAE, the bench's workers/envs/batch."""
     return [f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs_per_worker}",
             "--worker_num_splits=2", "--rollout=32", "--recurrence=1", f"--batch_size={args.batch_size}",
-            "--use_rnn=False", "--with_vtrace=False", *run_flags(args)]
+            "--use_rnn=False", "--with_vtrace=False", *run_flags(args.device)]
 
 
 def sfx_training(args: argparse.Namespace, workdir: Path, name: str, row_flags: list[str]) -> Training:
     """The sfx doom training: the shared settings, conv + LSTM 512, then ``--`` / ``--train_flags``, then the row's."""
-    cmd = [sys.executable, "-m", "sfx.train", *training_flags(args), "--hidden_size=512",
+    cmd = [sys.executable, "-m", "sfx.train", *training_flags(args, args.device), "--hidden_size=512",
            f"--train_dir={workdir / 'train_dir'}", f"--experiment=bench_{name}", "--report_every_sec=5",
            *args.extra, *row_flags]
     return Training(name, cmd, SFX_COUNTER, child_env(), SFX_STATS)
@@ -559,7 +512,7 @@ def sf_episode_len(experiment: Path, frameskip: int) -> Callable[[Path], dict]:
 def sf_training(args: argparse.Namespace, workdir: Path) -> Training:
     # Sample Factory 2's defaults for the rest: conv encoder (convnet_simple) + 512-wide core, as sfx's
     train_dir = workdir / "sf_train_dir"
-    cmd = [args.sf_python, "-m", "sf_examples.vizdoom.train_vizdoom", *training_flags(args),
+    cmd = [args.sf_python, "-m", "sf_examples.vizdoom.train_vizdoom", *training_flags(args, args.device),
            f"--train_dir={train_dir}", "--experiment=bench_sf", "--with_wandb=False"]
     return Training("sf_train", cmd, SF_COUNTER, sf_env(), SF_STATS, sf_episode_len(train_dir / "bench_sf", 4))
 
@@ -599,11 +552,11 @@ def sf_missing(args: argparse.Namespace) -> dict | None:
 
 def measure_sfx_training(args: argparse.Namespace, workdir: Path, name: str = "sfx",
                          row_flags: list[str] | None = None) -> dict:
-    return measure_training(sfx_training(args, workdir, name, row_flags or []), args, workdir)
+    return run_training(sfx_training(args, workdir, name, row_flags or []), args, workdir)
 
 
 def measure_sf_training(args: argparse.Namespace, workdir: Path) -> dict:
-    return sf_missing(args) or measure_training(sf_training(args, workdir), args, workdir)
+    return sf_missing(args) or run_training(sf_training(args, workdir), args, workdir)
 
 
 # --------------------------------------------------------------------------- report
@@ -755,9 +708,9 @@ def measurements(args: argparse.Namespace, workdir: Path, raw_n: int) -> list[tu
         ("overhead_sampler", f"overhead: sfx dummy sampler, CartPole, {setting}",
          lambda: run_child("sampler", args, overhead_sampler_flags(args), workdir, "overhead_sampler")),
         ("overhead_sfx", f"overhead: sfx training{on}, CartPole, MLP {OVERHEAD_WIDTH}x2, no RNN",
-         lambda: measure_training(overhead_sfx_training(args, workdir), args, workdir)),
+         lambda: run_training(overhead_sfx_training(args, workdir), args, workdir)),
         ("overhead_sf", f"overhead: Sample Factory 2.1.1{on}, same",
-         lambda: sf_missing(args) or measure_training(overhead_sf_training(args, workdir), args, workdir)),
+         lambda: sf_missing(args) or run_training(overhead_sf_training(args, workdir), args, workdir)),
     ]
     return steps
 

@@ -3,16 +3,20 @@
 Both measure each figure in a fresh Python process: the script runs itself again with
 ``--child_result=<file>`` (and its own flags), the child writes its result there as JSON, and the
 parent reads it back (:func:`run_json_child`, :func:`write_result`). Both print their figures as
-aligned plain-text tables (:func:`format_columns`, :func:`fmt_count`). Stopping a training's
-process group and splitting ``[own flags] -- [training flags]`` are in :mod:`bench.procs`.
+aligned plain-text tables (:func:`format_columns`, :func:`fmt_count`). On a GPU machine,
+:func:`gpu_info` names the GPU and :class:`GpuMonitor` samples its utilisation while a training runs.
+Stopping a training's process group and splitting ``[own flags] -- [training flags]`` are in
+:mod:`bench.procs`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +105,62 @@ def format_columns(lines: list[tuple[str, ...]] | list[list[str]], align: str, r
     if rule:
         out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+class GpuMonitor:
+    """``nvidia-smi`` sampling the GPU's utilisation and memory once a second while a training runs;
+    :meth:`summary` averages the samples of a time window. Without nvidia-smi it records nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.samples: list[tuple[float, float, float]] = []  # (monotonic time, utilisation %, memory MiB)
+        self.proc = None
+        exe = shutil.which("nvidia-smi") if enabled else None
+        if exe is None:
+            return
+        self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
+                                      "-l", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                util, mem = (float(x) for x in line.split(",")[:2])
+            except ValueError:
+                continue
+            self.samples.append((time.monotonic(), util, mem))
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+            self.thread.join(timeout=5)
+
+    def summary(self, start: float, end: float) -> dict:
+        window = [(u, m) for t, u, m in self.samples if start <= t <= end]
+        if not window:
+            return {}
+        return {"gpu_util_mean": sum(u for u, _ in window) / len(window), "gpu_util_max": max(u for u, _ in window),
+                "gpu_mem_max_mib": max(m for _, m in window), "gpu_samples": len(window)}
+
+
+def gpu_info() -> dict:
+    """Name, memory and driver of the first CUDA GPU (nvidia-smi, else torch); {} when there is none."""
+    exe = shutil.which("nvidia-smi")
+    if exe:
+        try:
+            out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            out = []
+        if out:
+            name, memory, driver = [x.strip() for x in out[0].split(",")[:3]]
+            return {"name": name, "memory": memory, "driver": driver, "count": len(out)}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
+    except ImportError:
+        pass
+    return {}

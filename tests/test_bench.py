@@ -354,9 +354,11 @@ def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, ca
     assert "no CUDA GPU is visible" in capsys.readouterr().err
 
 
-def test_throughput_reads_a_trainings_window_lengths_lag_and_gpu_samples(tmp_path):
+def test_throughput_reads_a_trainings_window_lengths_lag_and_gpu_samples(tmp_path, monkeypatch):
     """measure_training on a stand-in that prints sfx's status line: the slope over the window, the last episode
-    length and lag inside it; Sample Factory's episode length from its len/len in frames; the GPU columns."""
+    length and lag inside it, and on a GPU (a stand-in nvidia-smi) its utilisation; Sample Factory's episode
+    length from its len/len in frames; the GPU column of the table."""
+    import os
     import sys
 
     from bench import throughput
@@ -366,14 +368,28 @@ def test_throughput_reads_a_trainings_window_lengths_lag_and_gpu_samples(tmp_pat
                     "    print(f'[x] FPS (10s/60s/300s) 1/1/1 | samples/s 1 | env steps {i * 1000:,} (0.0%) | "
                     "reward 1.00 len {10 + i} lag {i / 10:.1f}/3 | elapsed 1s', flush=True)\n"
                     "    time.sleep(0.1)\n")
-    args = throughput.parse_bench_args(["--seconds=1", "--warmup=0.3"])
-    training = throughput.Training("fake", [sys.executable, str(fake)], throughput.SFX_COUNTER, {},
-                                   throughput.SFX_STATS)
-    r = throughput.measure_training(training, args, tmp_path)
-    assert r["status"] == "done", r
-    assert 6000 < r["fps"] < 11000  # 1000 frames per ~0.1 s, sleep and start-up jitter aside
-    assert r["episode_len"] >= 13 and r["policy_lag"] == pytest.approx((r["episode_len"] - 10) / 10)
-    assert "gpu_util_mean" not in r
+    # a stand-in nvidia-smi: the GPU's name, then utilisation 40 % and 1200 MiB every 0.1 s
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$*\" in *name*) echo 'NVIDIA H100 80GB HBM3, 81559 MiB, 580.65';; "
+                   "*) while true; do echo '40, 1200'; sleep 0.1; done;; esac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert throughput.gpu_info() == {"name": "NVIDIA H100 80GB HBM3", "memory": "81559 MiB", "driver": "580.65",
+                                     "count": 1}
+    for device in ("cpu", "gpu"):
+        args = throughput.parse_bench_args(["--seconds=1", "--warmup=0.3", f"--device={device}"])
+        training = throughput.Training(f"fake_{device}", [sys.executable, str(fake)], throughput.SFX_COUNTER, {},
+                                       throughput.SFX_STATS)
+        r = throughput.run_training(training, args, tmp_path)
+        assert r["status"] == "done", r
+        assert 4000 < r["fps"] < 15000, r  # 1000 frames per ~0.1 s, sleep and a busy machine aside
+        assert r["episode_len"] >= 13 and r["policy_lag"] == pytest.approx((r["episode_len"] - 10) / 10), r
+        if device == "cpu":
+            assert "gpu_util_mean" not in r
+        else:
+            assert r["gpu_util_mean"] == 40.0 and r["gpu_mem_max_mib"] == 1200.0 and r["gpu_samples"] >= 3, r
 
     exp = tmp_path / "sf_train_dir" / "bench_sf"
     _write_scalars(exp / ".summary" / "0", "len/len", [(100, 1.0, 200.0), (200, 2.0, 188.0)])
