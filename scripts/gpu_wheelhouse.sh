@@ -4,7 +4,7 @@
 # Sample Factory 2.1.1's, as binary wheels for the node's Python version and platform, downloaded here.
 #
 #   bash scripts/gpu_wheelhouse.sh [--python 3.12] [--platform manylinux_2_28_x86_64 ...] [--extras doom,atari]
-#                                  [--out wheelhouse] [--torch_version 2.11.0 | --with_torch] [--minimal]
+#                                  [--out bench/results/wheelhouse] [--torch_version 2.11.0 | --with_torch] [--minimal]
 #                                  [--skip NAME ...] [--sf_skip NAME ...] [--no_sf]
 #
 # Two folders, because the two cannot share one site: Sample Factory 2.1.1 pins numpy<2 and gymnasium<1.0,
@@ -20,7 +20,8 @@
 # at the version the resolver picks: those the node already has, or that a run never imports.
 # --minimal skips what the reference node (shared/reference/gpu_node: python 3.12, torch 2.11, numpy 2,
 # tensorboard, pandas, matplotlib, opencv-python-headless, psutil preinstalled) has or bench.throughput
-# never imports, so that the wheelhouse travels with a small working tree (tens of MB).
+# never imports, and drops two multiplayer maps (8 MB) from Sample Factory's wheel, so that the wheelhouse
+# travels with a small working tree (about 60 MB for python 3.12).
 #
 # Install on the node (no index): each set into its own folder, put first on PYTHONPATH
 #   python3 -m pip install --no-index --no-deps --find-links OUT/sfx --target /tmp/site -r OUT/sfx/requirements.txt
@@ -32,7 +33,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py_version=3.12
 platforms=()
 extras=doom
-out="$repo/wheelhouse"
+out="$repo/bench/results/wheelhouse"
 torch_version=2.11.0
 with_torch=0
 with_sf=1
@@ -144,6 +145,22 @@ def versions(report: str, *names: str) -> None:
             print(f"{n}=={got[norm(n)]}")
 
 
+def slim(wheel: str, *basenames: str) -> None:
+    """Rewrite ``wheel`` without the members whose file name is one of ``basenames`` (and their RECORD lines)."""
+    path = Path(wheel)
+    tmp = path.with_suffix(".slim")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if item.filename.rsplit("/", 1)[-1] in basenames:
+                continue
+            data = src.read(item)
+            if item.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(keepends=True)
+                                if line.split(b",")[0].rsplit(b"/", 1)[-1].decode() not in basenames)
+            dst.writestr(item, data)
+    tmp.replace(path)
+
+
 def pins(folder: str) -> None:
     """requirements.txt lines (``name==version``) of the wheels in ``folder``."""
     for whl in sorted(Path(folder).glob("*.whl")):
@@ -203,6 +220,10 @@ if [[ $with_sf == 1 ]]; then
     for whl in "$out"/sf/*.whl; do
         [[ -f "$out/sfx/$(basename "$whl")" ]] && rm "$whl"
     done
+    if [[ $minimal == 1 ]]; then
+        # 8.5 of its 9 MB are two multiplayer maps that doom_basic never loads
+        helper slim "$out"/sf/sample_factory-2.1.1-*.whl freedm.wad dwango5.wad
+    fi
     echo "gpu_wheelhouse: sf: $(ls "$out"/sf/*.whl | wc -l) wheels not already in sfx/, $(du -sh "$out/sf" | cut -f1)"
 fi
 
