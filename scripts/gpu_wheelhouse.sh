@@ -68,7 +68,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$py_version" =~ ^3\.[0-9]+$ ]] || die "--python=$py_version: give MAJOR.MINOR, e.g. 3.12"
 [[ "$torch_version" =~ ^[0-9]+(\.[0-9]+)*$ ]] || die "--torch_version=$torch_version: give a release, e.g. 2.11.0"
-[[ ${#platforms[@]} -gt 0 ]] || platforms=(manylinux_2_28_x86_64 manylinux2014_x86_64)
+[[ ${#platforms[@]} -gt 0 ]] || platforms=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+                                         manylinux1_x86_64)
 if [[ $minimal == 1 ]]; then
     # the reference node has these; imageio(-ffmpeg) (videos) and submitit (Slurm) are imported only when used
     # pygame-ce: vizdoom's own gymnasium wrapper draws with it, sfx drives vizdoom.DoomGame directly
@@ -242,4 +243,4 @@ fi
 echo "then: PYTHONPATH=\${SFX_SITE:-/tmp/site} python3 -m bench.throughput --device=gpu --sf_python=/tmp/sfpy ..."
 SH
 chmod +x "$out/install.sh"
-echo "gpu_wheelhouse: wrote $out ($(du -sh "$out" | cut -f1)); on the node: bash $(basename "$out")/install.sh"
+echo "gpu_wheelhouse: wrote $out ($(du -sh "$out" | cut -f1)); on the node: bash $out/install.sh (from its copy there)"
