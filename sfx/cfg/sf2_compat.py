@@ -77,7 +77,7 @@ def add_sf2_compat_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--async_rl", type=str2bool, nargs="?", const=True, metavar="BOOL", action=Sf2Only,
                    allowed=(True,),
                    why="sfx always samples while the learner trains; for (nearly) on-policy batches use "
-                       "--batches_ahead=0 and a small --max_policy_lag, or --serial_mode=True (one process)",
+                       "--batches_ahead=1 (the collection gate: one batch ahead of the learner) and a small --max_policy_lag, or --serial_mode=True (one process)",
                    help="SF2: sample while training; sfx always does (True is the only value) (default: not given)")
     g.add_argument("--batched_sampling", type=str2bool, nargs="?", const=True, metavar="BOOL", action=Sf2Only,
                    allowed=(False,),

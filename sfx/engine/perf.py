@@ -223,7 +223,7 @@ class PerfTable:
 
     def scalars(self) -> dict[str, float]:
         """TensorBoard's ``perf/<role>/<part>`` (share of the components' wall time, 0-1), ``perf/<role>/busy``,
-        per-event milliseconds of parts that count events, latency percentiles in ms, inbox depths."""
+        counters per second of one component's time (``*_per_sec``), latency percentiles in ms, inbox depths."""
         out: dict[str, float] = {}
         for role, t in self.last.items():
             shares = self._shares(t)

@@ -54,7 +54,7 @@ def last_env_exception(log_file: Any, tail_bytes: int = 256_000) -> str | None:
 
 class EnvCrashes:
     """Counts the env crashes and finished episodes the rollout workers report (``ROLLOUT``'s
-    ``env_errors`` and ``episodes``); :meth:`stop` says when envs keep crashing."""
+    ``env_errors`` and ``episodes``); :meth:`keep_crashing` says when envs keep crashing, :meth:`message` how."""
 
     def __init__(self) -> None:
         self.crashes = 0
