@@ -90,21 +90,31 @@ def test_throughput_reports_a_missing_sample_factory_venv_as_skipped(tmp_path):
     assert grid[1].split() == ["1", "1,000", "-"] and grid[2].split() == ["2", "1,900", "-"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # every row's start-up (samplers, 4 trainings, the overhead trio): ~3-4 min on 2 cores
 def test_throughput_script_tiny_mode_measures_every_row(tmp_path, capsys):
+    """One tiny run of every row, the episode-length rows, a named sfx row and the overhead trio included."""
     import json
 
     from bench import throughput
 
-    rc = throughput.main(["--tiny", "--scaling", f"--out_dir={tmp_path}"])
+    rc = throughput.main(["--tiny", "--scaling", "--episode_len=6", "--sfx_row", "ungated=--batches_ahead=0",
+                          f"--out_dir={tmp_path}"])
     out = capsys.readouterr().out
     assert rc == 0, out
     summary = json.loads((tmp_path / "throughput.json").read_text())
-    for key in ("raw", "raw_many", "sampler", "sfx"):
-        assert summary["results"][key]["status"] == "done" and summary["results"][key]["fps"] > 0, out
-    sf = summary["results"]["sf"]
+    results = summary["results"]
+    for key in ("raw", "raw_many", "sampler", "sfx", "raw_len", "sampler_len", "ungated", "overhead_sampler",
+                "overhead_sfx"):
+        assert results[key]["status"] == "done" and results[key]["fps"] > 0, out
+    assert results["raw_len"]["episode_len"] <= 6 and results["sampler_len"]["episode_len"] <= 6
+    assert results["ungated"]["command"][-1] == "--batches_ahead=0" and results["ungated"]["episode_len"] > 6
+    assert summary["device"] == "cpu" and summary["sfx_rows"] == {"ungated": ["--batches_ahead=0"]}
+    assert summary["ratios"]["overhead_sfx"] > 0 and summary["ratios"]["sampler_len_over_raw_len"] > 0
+    assert "sfx training, ungated: --batches_ahead=0" in out and "pipeline overhead" in out
+    sf = results["sf"]
     if throughput.SF_VENV.joinpath("bin", "python").exists():
         assert sf["status"] == "done" and sf["fps"] > 0, out
+        assert results["overhead_sf"]["status"] == "done" and summary["ratios"]["overhead_sf"] > 0, out
     else:
         assert sf["status"] == "skipped" and "skipped" in out
     assert "ratios: sfx dummy sampler / raw limit = " in out
@@ -459,27 +469,3 @@ def test_gpu_wheelhouse_script_refuses_bad_arguments_before_downloading(tmp_path
                              timeout=60)
         assert run.returncode != 0 and message in run.stderr, run.stderr
     assert not list((tmp_path / "wh").glob("*/*.whl"))
-
-
-@pytest.mark.slow  # start-ups of 3 trainings and 4 samplers: ~3 min on a busy 2-core machine
-def test_throughput_tiny_mode_measures_episode_length_named_and_overhead_rows(tmp_path, capsys):
-    import json
-
-    from bench import throughput
-
-    rc = throughput.main(["--tiny", "--episode_len=6", "--only=raw_len", "--only=sampler_len", "--only=overhead",
-                          "--sfx_row", "ungated=--batches_ahead=0", "--only=ungated", f"--out_dir={tmp_path}"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    summary = json.loads((tmp_path / "throughput.json").read_text())
-    results = summary["results"]
-    for key in ("raw_len", "sampler_len", "ungated", "overhead_sampler", "overhead_sfx"):
-        assert results[key]["status"] == "done" and results[key]["fps"] > 0, out
-    assert results["raw_len"]["episode_len"] <= 6 and results["sampler_len"]["episode_len"] <= 6
-    assert results["ungated"]["command"][-1] == "--batches_ahead=0" and results["ungated"]["episode_len"] > 6
-    assert summary["device"] == "cpu" and summary["sfx_rows"] == {"ungated": ["--batches_ahead=0"]}
-    if throughput.SF_VENV.joinpath("bin", "python").exists():
-        assert results["overhead_sf"]["status"] == "done" and results["overhead_sf"]["fps"] > 0, out
-        assert summary["ratios"]["overhead_sf"] > 0
-    assert summary["ratios"]["overhead_sfx"] > 0 and summary["ratios"]["sampler_len_over_raw_len"] > 0
-    assert "sfx training, ungated: --batches_ahead=0" in out and "pipeline overhead" in out
