@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sfx.cfg.flag_types import str2bool
+from sfx.cfg.sf1_compat import AcceptOnly
 
 SF2_GROUP = "Sample Factory 2.x names and flags"
 RESTART_BEHAVIORS = ("resume", "restart", "overwrite")
@@ -43,23 +44,16 @@ class Sf2Alias(argparse.Action):
         setattr(namespace, self.target, values)
 
 
-class Sf2Only(argparse.Action):
+class Sf2Only(AcceptOnly):
     """An SF2 flag accepted at the values that describe what sfx always does (stored nowhere: cfg.json
     carries sfx's flags only); another value is an error that says what to use in sfx."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, allowed: tuple = (), why: str = "",
-                 **kwargs: Any) -> None:
+    accepted = "Sample Factory 2's flag, accepted here only as"
+    store = False
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         kwargs.setdefault("default", argparse.SUPPRESS)
         super().__init__(option_strings, dest, **kwargs)
-        self.allowed = allowed
-        self.why = why
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        if values not in self.allowed:
-            allowed = " or ".join(repr(v) for v in self.allowed)
-            raise argparse.ArgumentError(self, f"{values!r} is not supported (Sample Factory 2's flag, accepted "
-                                               f"here only as {allowed}): {self.why}")
 
 
 def add_sf2_compat_args(parser: argparse.ArgumentParser) -> None:
