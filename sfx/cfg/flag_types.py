@@ -4,6 +4,8 @@ the ways users write them, integers written as ``1e9``."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import Any
 
 TRUE_STRINGS = ("true", "1", "yes", "y", "on")
 FALSE_STRINGS = ("false", "0", "no", "n", "off")
@@ -42,3 +44,26 @@ def int_like(value: str | int) -> int:
 def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
     """A boolean flag: ``--name=False``, ``--name false``, ``--name 0``; a bare ``--name`` means True."""
     group.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
+
+
+class AcceptOnly(argparse.Action):
+    """Store the value if it is one of ``allowed`` (values at which the flag changes nothing in sfx);
+    any other value is an argparse error (a :class:`~sfx.cfg.ConfigError` from sfx's parser) that
+    names the flag and gives ``why``."""
+
+    accepted = "only"  # how the error words the accepted values
+    store = True  # keep the value in cfg
+
+    def __init__(self, option_strings: Sequence[str], dest: str, allowed: tuple = (), why: str = "",
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.allowed = allowed
+        self.why = why
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values not in self.allowed:
+            allowed = " or ".join(repr(v) for v in self.allowed)
+            raise argparse.ArgumentError(self, f"{values!r} is not supported ({self.accepted} {allowed}): {self.why}")
+        if self.store:
+            setattr(namespace, self.dest, values)

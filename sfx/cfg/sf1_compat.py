@@ -21,7 +21,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sfx.cfg.flag_types import str2bool
+from sfx.cfg.flag_types import AcceptOnly, str2bool  # noqa: F401 - AcceptOnly re-exported
+from sfx.cfg.sf2_compat import add_sf2_compat_args
 
 NO_EFFECT_GROUP = "Sample Factory 1.x flags with no effect here"
 ALIAS_GROUP = "Sample Factory 1.x names of sfx flags"
@@ -31,29 +32,6 @@ SF1_DMLAB_CACHE_DIR = ".dmlab_cache"
 # an empty --dmlab_level_cache_dir means "no cache" to the dmlab_ family (it tests truthiness), and
 # unlike None it records that --dmlab_use_level_cache=False switched the cache off (see below)
 CACHE_OFF = ""
-
-
-class AcceptOnly(argparse.Action):
-    """Store the value if it is one of ``allowed`` (values at which the flag changes nothing in sfx);
-    any other value is an argparse error (a :class:`~sfx.cfg.ConfigError` from sfx's parser) that
-    names the flag and gives ``why``."""
-
-    accepted = "only"  # how the error words the accepted values
-    store = True  # keep the value in cfg
-
-    def __init__(self, option_strings: Sequence[str], dest: str, allowed: tuple = (), why: str = "",
-                 **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, **kwargs)
-        self.allowed = allowed
-        self.why = why
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        if values not in self.allowed:
-            allowed = " or ".join(repr(v) for v in self.allowed)
-            raise argparse.ArgumentError(self, f"{values!r} is not supported ({self.accepted} {allowed}): {self.why}")
-        if self.store:
-            setattr(namespace, self.dest, values)
 
 
 Translate = Callable[[Any, Any], Any]
@@ -180,6 +158,4 @@ def add_sf1_compat_args(parser: argparse.ArgumentParser) -> None:
                    help="dmlab_ envs; SF1's flag (SF1 default True): False = no level cache, whatever "
                         "--dmlab_level_cache_path says; True without a cache folder = SF1's ./.dmlab_cache "
                         "(default: not given, --dmlab_level_cache_dir decides)")
-    from sfx.cfg.sf2_compat import add_sf2_compat_args  # it builds on this module's AcceptOnly
-
     add_sf2_compat_args(parser)  # Sample Factory 2's spellings, in their own --help group

@@ -20,8 +20,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from sfx.cfg.flag_types import str2bool
-from sfx.cfg.sf1_compat import AcceptOnly
+from sfx.cfg.flag_types import AcceptOnly, str2bool
 
 SF2_GROUP = "Sample Factory 2.x names and flags"
 RESTART_BEHAVIORS = ("resume", "restart", "overwrite")
