@@ -29,11 +29,11 @@ def small_disk(tmp_path):
 
 def fill(directory: Path) -> Path:
     filler = directory / "filler"
-    with open(filler, "wb") as f:
+    # unbuffered: a buffered writer keeps the part of a block the disk refused and raises again at close
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return filler
