@@ -143,13 +143,17 @@ def _agent_parts(name: str) -> tuple[argparse.ArgumentParser, list[argparse.Acti
     return parser, own, changed
 
 
-def trainer_section(level: int = 3) -> str:
-    parser = _trainer_parser()
+def _grouped_tables(parser: argparse.ArgumentParser, level: int) -> str:
+    """One heading and flag table per argument group of ``parser``."""
     h = "#" * level
     out = []
     for title, actions in _groups(parser):
         out += [f"{h} {title}", "", flag_table(parser, actions), ""]
     return "\n".join(out)
+
+
+def trainer_section(level: int = 3) -> str:
+    return _grouped_tables(_trainer_parser(), level)
 
 
 def agent_section(name: str, level: int = 3) -> str:
@@ -265,12 +269,7 @@ def export_section(level: int = 2) -> str:
 def runner_section(level: int = 3) -> str:
     from sfx_runner.cli import build_parser
 
-    parser = build_parser()
-    h = "#" * level
-    out = []
-    for title, actions in _groups(parser):
-        out += [f"{h} {title}", "", flag_table(parser, actions), ""]
-    return "\n".join(out)
+    return _grouped_tables(build_parser(), level)
 
 
 def tb_section(level: int = 3) -> str:
