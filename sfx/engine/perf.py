@@ -292,8 +292,8 @@ class GpuMonitor:
     """The GPU's utilisation (%) and memory in use (MiB) from NVML, sampled by the coordinator; None where
     NVML (the ``nvidia-ml-py`` package and a driver) is not there: :meth:`create` says so once."""
 
-    def __init__(self, handle: Any, nvml: Any, index: int) -> None:
-        self.handle, self.nvml, self.index = handle, nvml, index
+    def __init__(self, handle: Any, nvml: Any) -> None:
+        self.handle, self.nvml = handle, nvml
         self.util: list[float] = []
         self.mem_mb: list[float] = []
 
@@ -303,7 +303,7 @@ class GpuMonitor:
             import pynvml
 
             pynvml.nvmlInit()
-            return cls(pynvml.nvmlDeviceGetHandleByIndex(index), pynvml, index)
+            return cls(pynvml.nvmlDeviceGetHandleByIndex(index), pynvml)
         except Exception as e:  # noqa: BLE001 - no package, no driver, no device: the run goes on without it
             log.info("GPU utilisation is not reported: NVML is not available (%s)", e)
             return None

@@ -49,7 +49,8 @@ class TrainingReporter:
         self.wandb = WandbLogger.start(cfg) if main_rank else None
         # where every component's time goes (sfx.engine.perf), and the GPU's utilisation on CUDA
         self.perf = PerfTable()
-        self.gpu = GpuMonitor.create(_cuda_index(cfg)) if _cuda_index(cfg) is not None else None
+        cuda_index = _cuda_index(cfg)
+        self.gpu = GpuMonitor.create(cuda_index) if cuda_index is not None else None
         self.last_gpu_sample = 0.0
         self.start = self.last_report = self.last_summary = time.time()
 

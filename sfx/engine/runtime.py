@@ -220,13 +220,15 @@ class ProcessRuntime:
         self.procs: dict[str, Any] = {}
         self.launched: dict[str, float] = {}
         self.restarts: dict[str, int] = {}
+        self._start_checked = False  # check_start passed (the coordinator asks before cfg.json is written)
 
     def start(self) -> None:
         # the coordinator never reads the report queue itself: a killed component may have left it locked
         self.reports = QueuePump(self.w.report_queue)
         # the forkserver sends a child everything it inherits in one message: one line before any start rather
         # than an OSError from inside multiprocessing (the coordinator checks earlier, before cfg.json is written)
-        self.check_start()
+        if not self._start_checked:
+            self.check_start()
         for spec in self.w.components:
             self._launch(spec)
 
@@ -244,6 +246,7 @@ class ProcessRuntime:
         # every child receives the whole wiring, so one of each role says it for all
         for spec in {s.role: s for s in self.w.components}.values():
             check_descriptors(spec.name, descriptors_passed(self.child_args(spec)))
+        self._start_checked = True
 
     def child_args(self, spec: ComponentSpec) -> tuple:
         """What the process of ``spec`` receives (pickled by multiprocessing): the whole wiring, whose shared

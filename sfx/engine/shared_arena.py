@@ -49,12 +49,12 @@ class _Chunk:
         import mmap
 
         self.size = int(size)
+        # where the file lives (a rebuilt chunk only maps what its creator made, and reserves nothing)
+        self.directory = SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir()
         if fd < 0:
-            directory = SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir()
-            fd, name = tempfile.mkstemp(prefix=f"sfx-arena-{os.getpid()}-", dir=directory)
+            fd, name = tempfile.mkstemp(prefix=f"sfx-arena-{os.getpid()}-", dir=self.directory)
             os.unlink(name)  # freed when the last process unmaps it, whatever kills the run
             os.ftruncate(fd, self.size)
-            self.directory = directory
         self.fd = fd
         self._finalizer = weakref.finalize(self, os.close, fd)
         self.buffer = mmap.mmap(fd, self.size)
@@ -71,10 +71,10 @@ class _Chunk:
         try:
             os.posix_fallocate(self.fd, offset, nbytes)
         except OSError as e:
-            free = _free_bytes(getattr(self, "directory", SHM_DIR))
+            free = _free_bytes(self.directory)
             raise ConfigError(
                 f"shared memory is full: {nbytes / 2**20:,.0f} MiB more could not be reserved in "
-                f"{getattr(self, 'directory', SHM_DIR)} ({free / 2**20:,.0f} MiB free; {e.strerror}). Give it more "
+                f"{self.directory} ({free / 2**20:,.0f} MiB free; {e.strerror}). Give it more "
                 f"(docker run --shm-size=..., or remount it larger) or use less: --num_envs_per_worker, "
                 f"--num_workers, --rollout, --num_policies") from None
 
@@ -269,10 +269,6 @@ class SharedArena:
     def queue(self, max_size_bytes: int) -> ArenaQueue:
         """A ``faster_fifo`` queue in this arena (``max_size_bytes``: its message ring)."""
         return ArenaQueue(self, max_size_bytes)
-
-    @property
-    def reserved_bytes(self) -> int:
-        return sum(c.size for c in self.chunks)
 
 
 def _round_up(n: int, alignment: int) -> int:
