@@ -40,6 +40,7 @@ setup(
         "pandas",        # sfx_tb's tables and curves
         "matplotlib",    # sfx_tb's plots, bench charts
         "pillow",        # evaluation videos (animated GIFs in TensorBoard); matplotlib needs it too
+        "cloudpickle",   # an env registered in __main__ (a notebook) reaches the worker processes (gymnasium has it)
         "nvidia-ml-py",  # the GPU's utilisation and memory in perf/ (NVML; without a driver it says so once)
     ],
     extras_require={

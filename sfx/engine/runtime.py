@@ -12,6 +12,7 @@ no role names.
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import logging
 import os
@@ -204,7 +205,9 @@ class ProcessRuntime:
     """Each component in its own process."""
 
     def __init__(self, w: Wiring) -> None:
-        self.w = w
+        from sfx.envs.transport import family_for_workers
+        # an env registered in __main__ (a notebook, a script's main block) travels to the children by value
+        self.w = w = dataclasses.replace(w, env_family=family_for_workers(w.cfg.env))
         # forkserver: children fork from a clean single-threaded server that imported torch and
         # sfx once, so they start in a fraction of a second (spawn re-imports everything per
         # process) and, unlike plain fork, never inherit this process's threads or CUDA state.
