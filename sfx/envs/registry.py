@@ -102,6 +102,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "mujoco_": "sfx.envs.mujoco",
     "minigrid_": "sfx.envs.minigrid",
     "pettingzoo_": "sfx.envs.pettingzoo",
+    "football_": "sfx.envs.football",
 }
 # whole env name -> module whose import (then ``register_family()``) registers it with register_env
 BUILTIN_ENVS: dict[str, str] = {
