@@ -4,7 +4,13 @@ The experiment's ``cfg.json`` and newest checkpoint of ``--policy_index`` are lo
 agent of the env plays with that policy until ``--max_num_episodes`` episodes (counted per agent)
 or ``--max_num_frames`` frames (agent steps times ``--env_frameskip``, as training counts
 ``env_steps``) have been played. One line is printed per finished episode, then the mean and
-spread of the episode rewards.
+spread of the episode rewards, and the results go to ``<train_dir>/<experiment>/eval_results_p<policy>.json``
+(see :mod:`sfx.experiment.results`).
+
+Many experiments (seeds, tasks) at once, ending with the aggregate table (``sfx.tb`` starts one
+``python -m sfx.enjoy`` per experiment)::
+
+    python -m sfx.tb evaluate 'my_run/*' --max_num_episodes=20
 
 - By default the env renders to a window (``render_mode='human'``); ``--no_render`` plays headless.
 - ``--save_video`` renders ``rgb_array`` frames and writes them to an mp4 (imageio with the ffmpeg
@@ -113,12 +119,15 @@ def enjoy(cfg: Any) -> dict:
 
     Returns a dict: ``episodes`` (count), ``rewards`` and ``lengths`` (per finished episode, in
     order), ``mean_reward`` and ``std_reward`` (nan when no episode finished), ``frames``
-    (agent steps times env_frameskip), ``video_path`` (str or None), ``interrupted`` (Ctrl+C).
+    (agent steps times env_frameskip), ``video_path`` (str or None), ``interrupted`` (Ctrl+C),
+    ``checkpoint`` (the file played), ``env_steps`` (its training's env steps) and ``results_path``: the
+    JSON results file written (:mod:`sfx.experiment.results`, read by ``python -m sfx.tb table --eval``).
     Raises :class:`~sfx.cfg.ConfigError` when the experiment has no checkpoint.
     """
     from sfx.algo.distributions import action_to_env
     from sfx.engine.wiring import resolve_device
     from sfx.experiment import experiment_dir, load_policy_checkpoint
+    from sfx.experiment.results import write_results
     from sfx.agents import find_agent
     from sfx.agents.acting import AgentsActing
     from sfx.models.obs import stack_obs
@@ -133,7 +142,7 @@ def enjoy(cfg: Any) -> dict:
 
     # the checkpoint is checked before the env is made: a missing one is the common mistake and
     # some envs are slow to start
-    checkpoint, _ = load_policy_checkpoint(cfg, policy_id)
+    checkpoint, checkpoint_file = load_policy_checkpoint(cfg, policy_id)
     if cfg.load_checkpoint_kind == "best":
         print(f"playing the best checkpoint: {checkpoint['metric']} {checkpoint['value']:.3f} at "
               f"{checkpoint['env_steps']:,} env steps", flush=True)
@@ -220,7 +229,7 @@ def enjoy(cfg: Any) -> dict:
     print(f"mean reward {mean:.3f} ± {std:.3f} over {len(rewards)} episodes", flush=True)
     if video is not None:
         print(f"video: {video.path} ({video.num_frames} frames)", flush=True)
-    return {
+    played = {
         "episodes": len(rewards),
         "rewards": rewards,
         "lengths": lengths,
@@ -229,7 +238,12 @@ def enjoy(cfg: Any) -> dict:
         "frames": frames,
         "video_path": str(video.path) if video is not None else None,
         "interrupted": interrupted,
+        "checkpoint": str(checkpoint_file),
+        "env_steps": int(checkpoint.get("env_steps", 0)),
     }
+    played["results_path"] = str(write_results(cfg, policy_id, played, checkpoint, checkpoint_file))
+    print(f"results: {played['results_path']}", flush=True)
+    return played
 
 
 # sfx.enjoy's on/off flags written without a value (``--no_render``)
@@ -240,7 +254,8 @@ def evaluate(env: str, experiment: str, **flags: Any) -> dict:
     """Evaluate as ``python -m sfx.enjoy --env=ENV --experiment=EXPERIMENT --flag=value ...`` would (the same
     flags, defaults and validation: a bad value raises :class:`~sfx.errors.ConfigError`), except that no
     window opens unless ``no_render=False`` is given. Returns :func:`enjoy`'s dict (``episodes``,
-    ``rewards``, ``lengths``, ``mean_reward``, ``std_reward``, ``frames``, ``video_path``, ``interrupted``).
+    ``rewards``, ``lengths``, ``mean_reward``, ``std_reward``, ``frames``, ``video_path``, ``interrupted``,
+    ``checkpoint``, ``env_steps``, ``results_path``: the JSON results file it wrote).
 
     Example::
 

@@ -263,3 +263,24 @@ def test_a_transformer_xl_agent_with_previous_action_and_reward_plays(tmp_path, 
         assert valid == min(t, 4)
         assert (prev_action, prev_reward) == ((0.0, 0.0) if t == 0 else (prev_action, 1.0))
         assert t == 0 or prev_action in (1.0, 2.0)  # CartPole's two actions, stored + 1
+
+
+def test_writes_the_results_file_the_tables_read(tmp_path):
+    import json
+
+    where = make_experiment(tmp_path)
+    result = run_enjoy([*where, "--no_render", "--max_num_episodes=3", "--seed=5"])
+    path = Path(result["results_path"])
+    assert path == tmp_path / "enjoy_test" / "eval_results_p0.json"
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "sfx.eval_results/1"
+    assert doc["experiment"] == "enjoy_test" and doc["env"] == CARTPOLE and doc["policy_index"] == 0
+    assert doc["episodes"] == 3 and doc["rewards"] == result["rewards"] and doc["lengths"] == result["lengths"]
+    assert doc["mean_reward"] == pytest.approx(np.mean(doc["rewards"]))
+    assert doc["std_reward"] == pytest.approx(np.std(doc["rewards"]))
+    assert doc["mean_length"] == pytest.approx(np.mean(doc["lengths"]))
+    assert Path(doc["checkpoint"]).is_file() and Path(doc["checkpoint"]).parent.name == "checkpoint_p0"
+    assert doc["checkpoint"] == str(Path(result["checkpoint"]).resolve())
+    assert doc["env_steps"] == result["env_steps"] and doc["checkpoint_kind"] == "latest"
+    assert doc["cfg"]["env"] == CARTPOLE and doc["cfg"]["max_num_episodes"] == 3 and doc["seed"] == 5
+    assert doc["interrupted"] is False and doc["frames"] == sum(doc["lengths"])
