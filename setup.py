@@ -57,6 +57,9 @@ setup(
         # the pettingzoo_ family: PettingZoo's registry (1.27+); pygame and scipy are what its classic, sisl and
         # butterfly envs import (its own extras would pull pygame-ce over pygame, and open_spiel)
         "pettingzoo": ["pettingzoo>=1.27", "pygame>=2.1.3", "scipy"],
+        # the football_ family: what gfootball imports; gfootball itself compiles a C++ engine, which
+        # scripts/install_football.sh builds and installs (run it first; docs/environments/football.md)
+        "football": ["gym>=0.26", "pygame>=2.1.3", "scipy", "psutil", "absl-py", "opencv-python-headless"],
         # --with_wandb (reinit="create_new" needs a recent wandb; tested with 0.31.0)
         "wandb": ["wandb>=0.19.10"],
         # python -m sfx.export --format=onnx (and onnxruntime to run the exported file)
