@@ -32,6 +32,12 @@ def interquartile_mean(scores) -> float:
     return float(x[k:x.size - k].mean())
 
 
+def median_of_task_means(scores) -> float:
+    """The median over tasks of each task's mean score over runs (the "median" the field has reported since
+    DQN, kept beside the IQM for comparison)."""
+    return float(np.median(_scores(scores).mean(axis=0)))
+
+
 def optimality_gap(scores, gamma: float = 1.0) -> float:
     """How far below ``gamma`` the scores fall on average: ``gamma - mean(min(score, gamma))``."""
     return float(gamma - np.minimum(_scores(scores), gamma).mean())
@@ -63,21 +69,45 @@ class Interval(NamedTuple):
     high: float
 
 
-def stratified_bootstrap(statistic: Callable[..., float], *samples, reps: int = 2000, confidence: float = 0.95,
-                         seed: int | None = 0) -> Interval:
-    """Percentile confidence interval of ``statistic(*samples)`` by the stratified bootstrap: each replicate
-    resamples the runs of every task independently, with replacement (the tasks stay fixed: they are the
-    strata), for every sample. ``samples``: [num_runs, num_tasks] arrays."""
+def stratified_resamples(samples, reps: int, seed: int | None = 0):
+    """``reps`` stratified bootstrap replicates of ``samples`` ([num_runs, num_tasks] arrays): each resamples
+    the runs of every task independently, with replacement (the tasks stay fixed: they are the strata).
+    Yields one list of resampled arrays per replicate."""
     rng = np.random.default_rng(seed)
     arrays = [_scores(s) for s in samples]
-    values = np.empty(reps)
-    for r in range(reps):
+    for _ in range(reps):
         resampled = []
         for a in arrays:
             n, m = a.shape
             rows = rng.integers(0, n, size=(n, m))
             resampled.append(a[rows, np.arange(m)[None, :]])
-        values[r] = statistic(*resampled)
+        yield resampled
+
+
+def _percentile_interval(values: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence {confidence!r} must be in (0, 1), e.g. 0.95")
     tail = (1.0 - confidence) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail])
+    low, high = np.percentile(values, [tail, 100 - tail], axis=0)
+    return low, high
+
+
+def stratified_bootstrap(statistic: Callable[..., float], *samples, reps: int = 2000, confidence: float = 0.95,
+                         seed: int | None = 0) -> Interval:
+    """Percentile confidence interval of ``statistic(*samples)`` by the stratified bootstrap: each replicate
+    resamples the runs of every task independently, with replacement (the tasks stay fixed: they are the
+    strata), for every sample. ``samples``: [num_runs, num_tasks] arrays."""
+    arrays = [_scores(s) for s in samples]
+    values = np.array([statistic(*r) for r in stratified_resamples(arrays, reps, seed)])
+    low, high = _percentile_interval(values, confidence)
     return Interval(float(statistic(*arrays)), float(low), float(high))
+
+
+def performance_profile_band(scores, taus, reps: int = 500, confidence: float = 0.95,
+                             seed: int | None = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`performance_profile` at ``taus`` with its pointwise stratified bootstrap percentile band:
+    ``(profile, low, high)``, each one value per tau."""
+    x = _scores(scores)
+    curves = np.array([performance_profile(r[0], taus) for r in stratified_resamples([x], reps, seed)])
+    low, high = _percentile_interval(curves, confidence)
+    return performance_profile(x, taus), low, high
