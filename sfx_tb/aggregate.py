@@ -299,7 +299,7 @@ def check_bootstrap(reps: int, confidence: float) -> None:
 
 def _interval(value: float, low: float, high: float) -> str:
     def f(v: float) -> str:
-        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, ".3g")
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, ".4g")
     return f"{f(value)} [{f(low)}, {f(high)}]"
 
 

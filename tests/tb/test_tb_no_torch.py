@@ -19,6 +19,10 @@ def test_sfx_tb_loads_no_torch(train_root, tmp_path, child_env):
             assert main(["*", "--dir", {str(train_root)!r}, "--list"]) == 0
             assert main(["table", "*", "--dir", {str(train_root)!r}]) == 0
             assert main(["plot", "*", "--dir", {str(train_root)!r}, "--out", {str(tmp_path / "c.png")!r}]) == 0
+            # the aggregates through sfx.tb's entry point, which reads sfx.envs.task_scores for normalisation
+            assert sfx.tb.main(["table", "*", "--dir", {str(train_root)!r}, "--aggregate", "--reps", "10"]) == 0
+            assert sfx.tb.main(["plot", "*", "--dir", {str(train_root)!r}, "--profile", "--reps", "10",
+                                "--out", {str(tmp_path / "p.png")!r}]) == 0
         import tensorboard.program  # what the serve mode starts
         heavy = sorted(m for m in ("torch", "tensorflow", "sfx.engine", "sfx.train") if m in sys.modules)
         print("heavy:", heavy, "pandas" in sys.modules, "matplotlib" in sys.modules)
