@@ -45,8 +45,9 @@ setup(
     ],
     extras_require={
         # gymnasium's classic-control envs (CartPole ...) draw their frames with pygame: needed for
-        # sfx.enjoy --save_video or a window on those envs, not for training
-        "render": ["pygame>=2.1.3"],
+        # sfx.enjoy --save_video or a window on those envs, not for training. pygame-ce, not pygame: gymnasium,
+        # vizdoom, minigrid (>= 2.4.0) and pettingzoo require pygame-ce, and the two share one package folder
+        "render": ["pygame-ce>=2.4.0"],
         # env families, each optional: a missing one only matters to its own --env names
         # vizdoom 1.3 added DoomGame.is_episode_timeout_reached (sfx.envs.doom.env): with 1.2.x every doom env
         # crashes on its first step
@@ -55,11 +56,11 @@ setup(
         "mujoco": ["mujoco>=3.0"],
         "minigrid": ["minigrid>=2.3"],
         # the pettingzoo_ family: PettingZoo's registry (1.27+); pygame and scipy are what its classic, sisl and
-        # butterfly envs import (its own extras would pull pygame-ce over pygame, and open_spiel)
-        "pettingzoo": ["pettingzoo>=1.27", "pygame>=2.1.3", "scipy"],
+        # butterfly envs import (its own extras would also pull open_spiel)
+        "pettingzoo": ["pettingzoo>=1.27", "pygame-ce>=2.4.0", "scipy"],
         # the football_ family: what gfootball imports; gfootball itself compiles a C++ engine, which
         # scripts/install_football.sh builds and installs (run it first; docs/environments/football.md)
-        "football": ["gym>=0.26", "pygame>=2.1.3", "scipy", "psutil", "absl-py", "opencv-python-headless"],
+        "football": ["gym>=0.26", "pygame-ce>=2.4.0", "scipy", "psutil", "absl-py", "opencv-python-headless"],
         # --with_wandb (reinit="create_new" needs a recent wandb; tested with 0.31.0)
         "wandb": ["wandb>=0.19.10"],
         # python -m sfx.export --format=onnx (and onnxruntime to run the exported file)
@@ -67,7 +68,7 @@ setup(
         # the documentation site (mkdocs serve / mkdocs build --strict); pinned: the site is built offline
         # with these, and MkDocs 2 will break Material's plugins
         "docs": ["mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8"],
-        "test": ["pytest", "pytest-timeout", "pygame>=2.1.3",
+        "test": ["pytest", "pytest-timeout", "pygame-ce>=2.4.0",
                  "mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8",
                  "vizdoom>=1.3", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
                  "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy"],

@@ -54,3 +54,15 @@ if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ] \
     rm -f "$pip_log"
     echo "$stamp" > "$stamp_file"
 fi
+
+# pygame and pygame-ce install into one package folder (pygame/): gymnasium, vizdoom, minigrid and pettingzoo
+# require pygame-ce, so a pygame left from an older install is removed, and pygame-ce, whose files that removal
+# took, is reinstalled. One of them, pygame-ce, and every family renders.
+if "$PY" -c 'import importlib.metadata as m; m.version("pygame")' >/dev/null 2>&1; then
+    echo "setup_venv: replacing pygame with pygame-ce (the two share one package folder)"
+    if ! { "$PY" -m pip uninstall -q -y pygame \
+            && "$PY" -m pip install -q --force-reinstall --no-deps "pygame-ce>=2.4.0"; }; then
+        echo "setup_venv: error: could not replace pygame by pygame-ce (pip output above)." >&2
+        exit 1
+    fi
+fi
