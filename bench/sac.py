@@ -42,7 +42,7 @@ from bench.replay import first_at
 _COMMON = ["--algo=SAC", "--device=cpu", "--serial_mode=True", "--num_workers=1", "--num_envs_per_worker=1",
            "--worker_num_splits=1",
            "--rollout=8", "--hidden_size=256", "--nonlinearity=relu", "--normalize_input=False", "--batch_size=256",
-           "--replay_ratio=1", "--replay_buffer_size=1000000", "--learning_starts=100", "--tau=0.005", "--gamma=0.99"]
+           "--replay_ratio=256", "--replay_buffer_size=1000000", "--learning_starts=100", "--tau=0.005", "--gamma=0.99"]
 
 # MuJoCo's InvertedPendulum-v5 (episodes of up to 1000 steps, +1 per step the pole stays up): a 1-D action,
 # learnt by SAC within a few thousand env steps, so it fits CI's slow budget on 2 cores. SB3 defaults (3e-4).

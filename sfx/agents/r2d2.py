@@ -187,8 +187,12 @@ class R2D2(Agent):
 
     @classmethod
     def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
+        from sfx.agents.replay_store import check_replay_memory
+
         # a stored sequence is a trajectory plus its burn-in prefix
-        return int(cfg.replay_buffer_size * trajectory_bytes * (cfg.rollout + cfg.burn_in) / cfg.rollout)
+        needed = int(cfg.replay_buffer_size * trajectory_bytes * (cfg.rollout + cfg.burn_in) / cfg.rollout)
+        check_replay_memory(needed, cfg.num_policies, f"--replay_buffer_size={cfg.replay_buffer_size} sequences")
+        return needed
 
     @classmethod
     def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
@@ -214,11 +218,7 @@ class R2D2(Agent):
         return self.store
 
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
-        # the learner's current version, as the fresh samples' ages say (for the replayed ones' ages)
-        version = int(batch.data["policy_versions"][0, 0]) + int(batch.age[0, 0])
-        # drawn one at a time: each minibatch sees the priorities the previous step gave back
-        for _ in range(self.store.due()):
-            yield self.store.sample(self.sequences_per_minibatch(self.cfg), version)
+        return self.store.minibatches(self.store.due(), lambda: self.sequences_per_minibatch(self.cfg))
 
     def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
         cfg, model, target = self.cfg, self.model, self.target.net

@@ -9,7 +9,8 @@ the fresh trajectories (the queue's share, or the whole batch's worth when there
 from the engine's :class:`~sfx.engine.sample_source.FreshTrajectories`, copied into every replay buffer,
 and each buffer adds its share of replayed ones (``Batch.fresh`` False; their ``age`` in learner steps
 kept). Replayed samples are exempt from ``--max_policy_lag`` (V-trace corrects them). The buffers live in
-the learner process's memory, bounded by their capacities (checked at start against free RAM by
+the learner process's memory (:class:`~sfx.agents.replay_store.ReplayRing` each, the mix a
+:class:`~sfx.agents.replay_store.ReplayStore`), bounded by their capacities (checked at start against free RAM by
 :meth:`~sfx.agents.base.Agent.host_memory_bytes`); they are not checkpointed: a resumed run refills them.
 """
 
@@ -24,37 +25,27 @@ import torch
 LAMBDA_HORIZON = 10_000
 
 from sfx.agents.base import Batch, tree_map
+from sfx.agents.replay_store import ReplayRing, ReplayStore
 from sfx.algo import replay as rules
 
 
-class TrajectoryRing:
+class TrajectoryRing(ReplayRing):
     """``capacity`` trajectories as one tensor per field (``[capacity, ...]``), allocated on first insert
     with the shapes of the first batch; insertion order is a ring unless the caller gives the rows."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
-        self.data: dict[str, Any] | None = None
-        self.size = 0
-        self.next = 0
+        super().__init__(capacity)
         self.sample_counts = torch.zeros(self.capacity, dtype=torch.long)
-
-    def rows_for(self, n: int) -> torch.Tensor:
-        """The next ``n`` rows of the ring (the oldest are overwritten)."""
-        return (self.next + torch.arange(n)) % self.capacity
 
     def insert(self, data: dict[str, Any], rows: torch.Tensor | None = None) -> torch.Tensor:
         """Copy the ``n`` trajectories of ``data`` (a tree of ``[n, ...]``) into ``rows`` (default: the ring's
         next ones); returns the rows written. At most ``capacity`` are kept (the last ones)."""
-        n = int(next(iter(_leaves(data))).shape[0])
-        if n > self.capacity:
-            data = tree_map(lambda v: v[n - self.capacity:], data)
-            n = self.capacity
         if self.data is None:
-            self.data = tree_map(lambda v: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype), data)
+            self.data = tree_map(self.zeros_like_rows, data)
         if rows is None:
-            rows = self.rows_for(n)
-            self.next = int((self.next + n) % self.capacity)
-            self.size = min(self.capacity, self.size + n)
+            first, rows = self.claim(int(next(iter(_leaves(data))).shape[0]))
+            if first:
+                data = tree_map(lambda v: v[first:], data)
         else:
             self.size = max(self.size, int(rows.max()) + 1) if len(rows) else self.size
         rows_cpu = rows.cpu()
@@ -89,7 +80,7 @@ def _cat(trees: Sequence[dict]) -> dict:
             for k, v in first.items()}
 
 
-class ReplayMix:
+class ReplayMix(ReplayStore):
     """The sample source of ``--replay_parameters`` (see the module docstring).
 
     Args:
@@ -103,13 +94,11 @@ class ReplayMix:
 
     def __init__(self, fresh: Any, specs: Sequence[Any], per_iteration: Callable[[], int], device: torch.device,
                  features: Callable[[dict], torch.Tensor] | None = None, seed: int | None = None) -> None:
-        self.fresh = fresh
+        # no ring of its own (each buffer is one) and no credit: every batch takes each buffer's share
+        super().__init__(fresh, 0, 0.0, device, seed)
         self.specs = tuple(specs)
         self.per_iteration = per_iteration
-        self.device = device
         self.features = features
-        self.generator = torch.Generator()
-        self.generator.manual_seed(0 if seed is None else int(seed))
         self.queue = next((i for i, s in enumerate(self.specs) if s.type == "queue"), None)
         self.rings = {i: TrajectoryRing(s.capacity) for i, s in enumerate(self.specs) if s.type != "queue"}
         self.samples = {i: 0 for i in self.rings}  # samples drawn per custom buffer (lambda annealing)
@@ -128,17 +117,10 @@ class ReplayMix:
             return self.per_iteration()
         return max(1, self._composition()[self.queue])
 
-    def add(self, slots: list[int]) -> None:
-        self.fresh.add(slots)
-
-    def ready(self) -> bool:
-        return self.fresh.ready()
-
-    def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
-        pass  # none of these buffers samples by priority
-
-    def next_batch(self, policy_version: int) -> Batch:
-        fresh = self.fresh.next_batch(policy_version)
+    def insert(self, fresh: Batch) -> Batch:
+        """The fresh trajectories into every buffer; the batch handed on: the queue's fresh share and each
+        buffer's replayed share (sampled before this batch's insert)."""
+        policy_version = self.version
         counts = self._composition()
         parts, valids, ages, fresh_flags, stats = [], [], [], [], {}
         if self.queue is not None:

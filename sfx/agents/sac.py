@@ -7,8 +7,9 @@ actions are never clipped, they lie inside by construction). Training actors sam
 ``sfx.enjoy`` and export take the squashed mean. The slots keep the final observation of a time-limit step.
 
 Learning: fresh trajectories go to a uniform transition replay (:mod:`sfx.agents.transition_replay`);
-``--replay_ratio`` gradient steps per env step (each a minibatch of ``--batch_size`` transitions) once
-``--learning_starts`` transitions are stored, whatever the sampling speed. A step (the paper's Algorithm 1):
+``--replay_ratio`` trained transitions per env step (gradient steps of ``--batch_size`` transitions each: the
+default 256 is one gradient step per env step, SB3's) once ``--learning_starts`` transitions are stored, whatever
+the sampling speed. A step (the paper's Algorithm 1):
 
 1. critics: ``y = r + gamma^h (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi(.|s')`` (terminations cut
    the bootstrap; at a time limit ``s'`` is the stored final observation; n-step windows with ``--n_step``; ``r``:
@@ -29,8 +30,8 @@ depend on the env's units (in env units it would ask ``log 3`` nats less per dim
 
 Ranks (torch.distributed): each rank keeps its own replay of its own actors' transitions; every gradient step
 averages the ranks' gradients (one minibatch of ``--batch_size`` per rank), and the ranks agree on the number of
-steps per iteration (the mean of what each one's replay ratio asks), so ``--replay_ratio`` counts gradient
-steps per env step of one rank and trained transitions per env step stay ``replay_ratio x batch_size``.
+steps per iteration (the mean of what each one's replay ratio asks), so ``--replay_ratio`` counts trained
+transitions per env step of one rank.
 
 The math is :mod:`sfx.algo.sac`'s; names and defaults follow the SAC paper and Stable-Baselines3 (README).
 """
@@ -122,11 +123,13 @@ def add_sac_flags(g: argparse._ActionsContainer) -> None:
     add_bool_arg(g, "random_warmup", True,
                  "the first --learning_starts env steps act uniformly at random over the action space's bounds "
                  "(SB3's warm-up), not with the untrained actor; False: the actor from the first step")
-    g.add_argument("--replay_ratio", type=float, default=1.0,
-                   help="gradient steps per env step (each a minibatch of --batch_size transitions), held whatever "
-                        "the sampling speed; > 0 (SB3: gradient_steps / train_freq)")
+    g.add_argument("--replay_ratio", type=float, default=256.0,
+                   help="unit: trained samples (transitions) per fresh sample (env step), held whatever the sampling "
+                        "speed; > 0. Gradient steps per env step are replay_ratio / --batch_size (the default 256 at "
+                        "--batch_size=256: one, SB3's gradient_steps / train_freq)")
     g.add_argument("--replay_buffer_size", type=int, default=1_000_000,
-                   help="transitions kept in the replay (uniform sampling); checked at start against free memory")
+                   help="unit: samples (transitions) kept in the replay (uniform sampling); checked at start against "
+                        "free memory")
     g.add_argument("--n_step", type=int, default=1,
                    help="n-step targets: rewards of n steps summed before bootstrapping (1: the paper's)")
     g.add_argument("--actor_learning_rate", type=float, default=3e-4, help="Adam learning rate of the actor")
@@ -161,8 +164,8 @@ def validate_sac_cfg(cfg: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ConfigError(f"--{name}={value} must be an integer >= {low}")
     if not (cfg.replay_ratio > 0 and math.isfinite(cfg.replay_ratio)):
-        raise ConfigError(f"--replay_ratio={cfg.replay_ratio} must be a finite number > 0 (gradient steps per env "
-                          f"step)")
+        raise ConfigError(f"--replay_ratio={cfg.replay_ratio} must be a finite number > 0 (trained samples per "
+                          f"fresh sample)")
     if not 0.0 <= cfg.tau <= 1.0:
         raise ConfigError(f"--tau={cfg.tau} must be in [0, 1]")
     if cfg.sac_alpha is not None and not (cfg.sac_alpha >= 0 and math.isfinite(cfg.sac_alpha)):
@@ -222,11 +225,12 @@ class SAC(Agent):
 
     @classmethod
     def host_memory_bytes(cls, cfg: Any, trajectory_bytes: int) -> int:
-        from sfx.agents.transition_replay import check_replay_memory, rows_for
+        from sfx.agents.replay_store import check_replay_memory
+        from sfx.agents.transition_replay import rows_for
 
         # a stored row is a trajectory slot (its final observations go to a ring of one per row): an upper bound
         needed = rows_for(cfg.replay_buffer_size, cfg.rollout) * trajectory_bytes
-        check_replay_memory(needed, cfg.replay_buffer_size)
+        check_replay_memory(needed, cfg.num_policies, f"--replay_buffer_size={cfg.replay_buffer_size} transitions")
         return needed
 
     @classmethod
@@ -268,23 +272,20 @@ class SAC(Agent):
         return self.store
 
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
-        # the learner's current version, as the fresh samples' ages say (for the replayed ones' ages)
-        version = int(batch.data["policy_versions"][0, 0]) + int(batch.age[0, 0])
-        for _ in range(self.gradient_steps_due()):
-            mb = self.store.sample(self.cfg.batch_size, version)
-            yield mb, torch.ones(self.cfg.batch_size, dtype=torch.bool, device=self.device)
+        return self.store.minibatches(self.gradient_steps_due(), self.cfg.batch_size)
 
     def gradient_steps_due(self) -> int:
         """The iteration's gradient steps: the replay ratio's (:meth:`TransitionReplay.due`); with ranks, the
         ranks' mean, so that every rank takes part in each step's all-reduce (none until every rank's replay
         holds something); each rank's credit keeps its difference from it."""
-        k = self.store.due()
+        m = self.cfg.batch_size
+        k = self.store.due(m)
         if self.group is None:
             return k
         empty = self.group.any(self.store.valid_count == 0)
         total = int(self.group.sum(torch.tensor([float(k)]))[0])
         agreed = 0 if empty else total // self.group.world_size
-        self.store.refund(k - agreed)
+        self.store.refund(k - agreed, m)
         return agreed
 
     def _dist(self, mean: torch.Tensor, log_std: torch.Tensor) -> SquashedGaussian:

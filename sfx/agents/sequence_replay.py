@@ -9,6 +9,7 @@ continue the previous one: a restarted worker) has no prefix: its stored startin
 is (``has_prefix`` False).
 
 Sequences live in a ring of ``capacity`` (``--replay_buffer_size``) in the learner process's memory
+(:class:`sfx.agents.replay_store.ReplayStore`)
 (checked at start against free memory) and are drawn by priority (:class:`sfx.algo.prioritized.
 PrioritizedSampler`, exponent ``--priority_exponent``), with importance weights (exponent
 ``--importance_sampling_exponent``, normalised by the batch's largest). A new sequence's priority comes
@@ -17,8 +18,8 @@ no learner compute is spent on insertion. The agent puts the priorities its step
 (:meth:`update_priorities`). Not checkpointed: a resumed run refills the buffer.
 
 The update-to-data ratio: ``--replay_ratio`` trained steps per fresh step (SEED's meaning: the average
-number of times each observation is trained on). Each iteration inserts its fresh sequences and adds
-``replay_ratio x`` their steps to a credit; every full minibatch of credit is one minibatch step
+number of times each observation is trained on; the store base's credit). Each iteration inserts its fresh
+sequences and earns ``replay_ratio x`` their steps; every full minibatch of credit is one minibatch step
 (:meth:`due`), once ``--replay_buffer_min_size`` sequences are stored.
 """
 
@@ -31,6 +32,7 @@ from typing import Any, Callable
 import torch
 
 from sfx.agents.base import Batch, tree_map
+from sfx.agents.replay_store import ReplayStore
 from sfx.algo.nstep import n_step_targets
 from sfx.algo.prioritized import PrioritizedSampler
 from sfx.algo.qlearning import (importance_weights, scale_rewards, sequence_priorities, value_rescale,
@@ -55,7 +57,7 @@ def acting_priorities(rewards: torch.Tensor, terminated: torch.Tensor, truncated
     return sequence_priorities(td, valids, eta)
 
 
-class PrioritizedSequences:
+class PrioritizedSequences(ReplayStore):
     """The sample source of R2D2 (see the module docstring).
 
     Args:
@@ -76,38 +78,23 @@ class PrioritizedSequences:
                  per_minibatch: Callable[[], int], priority_exponent: float, importance_exponent: float,
                  eta: float, gamma: float, n_step: int, rescale_eps: float, device: torch.device,
                  seed: int | None = None, reward_scale: float = 1.0, reward_clip: float = math.inf) -> None:
-        self.fresh = fresh
-        self.capacity, self.burn_in, self.min_size = int(capacity), int(burn_in), int(min_size)
-        self.replay_ratio = float(replay_ratio)
+        super().__init__(fresh, capacity, replay_ratio, device, seed)
+        self.burn_in, self.min_size = int(burn_in), int(min_size)
         self.per_minibatch = per_minibatch
         self.importance_exponent, self.eta = float(importance_exponent), float(eta)
         self.gamma, self.n_step, self.rescale_eps = float(gamma), int(n_step), float(rescale_eps)
-        self.device = device
         self.reward_scale, self.reward_clip = float(reward_scale), float(reward_clip)
         self.sampler = PrioritizedSampler(self.capacity, alpha=priority_exponent)
-        self.generator = torch.Generator()
-        self.generator.manual_seed(0 if seed is None else int(seed))
-        self.data: dict[str, Any] | None = None  # field -> [capacity, L(+1), ...] (allocated on first insert)
-        self.size = 0
-        self.next = 0
         self.inserted = 0
-        self.credit = 0.0  # trained steps owed to the replay ratio
         # actor -> (the batch data, row) of its last trajectory, whose last burn_in steps prefix its next one
         self.tails: dict[int, tuple[dict[str, Any], int]] = {}
 
     # ------------------------------------------------------------------------------------ the source
 
-    def add(self, slots: list[int]) -> None:
-        self.fresh.add(slots)
-
-    def ready(self) -> bool:
-        return self.fresh.ready()
-
-    def next_batch(self, policy_version: int) -> Batch:
+    def insert(self, batch: Batch) -> Batch:
         """Insert the iteration's fresh trajectories as sequences; the batch handed on is the fresh one (its
         counters, its observations for the input statistics); the agent draws its minibatches from
         :meth:`sample`, :meth:`due` of them."""
-        batch = self.fresh.next_batch(policy_version)
         data = batch.data
         valids = data["active"]
         T = valids.shape[1]
@@ -116,7 +103,7 @@ class PrioritizedSequences:
                                        data["q_max"], data["trunc_q"], valids, self.gamma, self.n_step,
                                        self.rescale_eps, self.eta)
         self._insert(data, priorities.cpu())
-        self.credit += self.replay_ratio * float(valids.shape[0] * T)
+        self.earn(valids.shape[0] * T)
         batch.stats.update({"replay/fill": self.size / self.capacity, "replay/inserted": float(self.inserted),
                             "replay/initial_priority_mean": float(priorities.mean())})
         eps = data.get("epsilon")
@@ -129,17 +116,16 @@ class PrioritizedSequences:
         """Minibatches the replay ratio asks for now (the credit they use is spent); 0 until the buffer holds
         ``min_size`` sequences."""
         if self.size < max(1, self.min_size):
-            self.credit = 0.0  # learning starts at the minimum fill, not with a backlog
+            self.forfeit()
             return 0
-        per_mb = self.per_minibatch() * self._trained_len()
-        k = int(self.credit // per_mb)
-        self.credit -= k * per_mb
-        return k
+        return super().due(self.per_minibatch() * self._trained_len())
 
-    def sample(self, k: int, policy_version: int) -> tuple[dict[str, Any], torch.Tensor]:
+    def sample(self, k: int, policy_version: int | None = None) -> tuple[dict[str, Any], torch.Tensor]:
         """``k`` stored sequences by priority: the minibatch (stored fields ``[k, L(+1), ...]``, ``state0 [k, S]``,
         ``has_prefix [k]``, ``ids [k]``, ``weights [k]`` importance weights, ``age [k]`` learner steps since the
-        oldest of its steps was acted) on the learner's device, and ``valids [k, T]`` (the trained steps)."""
+        oldest of its steps was acted; ``policy_version`` default: the last batch's) on the learner's device, and
+        ``valids [k, T]`` (the trained steps)."""
+        policy_version = self.version if policy_version is None else policy_version
         drawn = self.sampler.sample(k, self.generator)
         rows = drawn.indices
         weights = importance_weights(drawn.probabilities, self.size, self.importance_exponent)
@@ -166,13 +152,10 @@ class PrioritizedSequences:
         """Write the fresh trajectories into the ring's next rows: each one after its burn-in prefix (the last
         ``burn_in`` steps of the same actor's previous trajectory, when this one continues it), straight into
         the stored tensors (no intermediate copies: insertion must not stall the learner)."""
-        n, T = data["rewards"].shape
         B = self.burn_in
-        first = max(0, n - self.capacity)  # more than the ring holds: the last ones
-        n -= first
         if self.data is None:
             self._allocate(data)
-        rows = (self.next + torch.arange(n)) % self.capacity
+        first, rows = self.claim(data["rewards"].shape[0])
         ring = self.data
         for k, v in data["obs"].items():
             ring["obs"][k][rows, B:] = v[first:].cpu()
@@ -192,9 +175,7 @@ class PrioritizedSequences:
                 # come in the order they were finished, so an actor's trajectories come in order)
                 self.tails[actor] = (data, j)  # the batch's own copy out of the slots: kept, never cloned
         self.sampler.update(rows, priorities[first:].double().clamp(min=1e-6))
-        self.next = int((self.next + n) % self.capacity)
-        self.size = min(self.capacity, self.size + n)
-        self.inserted += n
+        self.inserted += len(rows)
 
     def _prefix(self, data: dict[str, Any], j: int, row: int) -> None:
         """Ring row ``row`` (trajectory ``j`` of ``data``) gets the last ``burn_in`` steps of its actor's previous
@@ -216,13 +197,9 @@ class PrioritizedSequences:
         ring["has_prefix"][row] = True
 
     def _allocate(self, data: dict[str, Any]) -> None:
-        n, T = data["rewards"].shape
-        L, cap = self.burn_in + T, self.capacity
-
-        def like(v: torch.Tensor, steps: int) -> torch.Tensor:
-            return torch.zeros((cap, steps, *v.shape[2:]), dtype=v.dtype)
-
+        L = self.burn_in + data["rewards"].shape[1]
+        like = self.zeros_like_rows
         self.data = {"obs": {k: like(v, L + 1) for k, v in data["obs"].items()},
-                     "state0": torch.zeros((cap, *data["rnn_states"].shape[2:]), dtype=data["rnn_states"].dtype),
-                     "has_prefix": torch.zeros(cap, dtype=torch.bool),
+                     "state0": like(data["rnn_states"][:, 0]),
+                     "has_prefix": torch.zeros(self.capacity, dtype=torch.bool),
                      **{k: like(data[k], L) for k in STEP_FIELDS}}

@@ -16,9 +16,9 @@ scaled and clipped first, ``--reward_scale`` / ``--reward_clip`` as APPO's) and 
 discount (:func:`sfx.algo.nstep.n_step_targets` with zero values) and the index of the step whose next
 observation it bootstraps from; windows end at the trajectory's end (shorter there), terminations cut them.
 
-The update-to-data ratio: each iteration inserts its fresh transitions and adds ``replay_ratio x`` their count
-to a credit of gradient steps; :meth:`due` spends it whole (each gradient step one minibatch), once
-``learning_starts`` transitions were stored. The learner trains that many steps before it takes the next
+The update-to-data ratio (the store base's credit, :class:`sfx.agents.replay_store.ReplayStore`): each iteration
+inserts its fresh transitions and earns ``replay_ratio x`` their count in trained transitions; :meth:`due` spends
+it in whole minibatches (each gradient step one), once ``learning_starts`` transitions were stored. The learner trains that many steps before it takes the next
 fresh batch, and trajectory slots are freed only when a batch is taken, so sampling waits for a learner that
 falls behind, and a fast sampler never makes it train faster than the ratio. Not checkpointed: a resumed run
 refills it (and waits ``learning_starts`` again).
@@ -32,29 +32,16 @@ from typing import Any
 import torch
 
 from sfx.agents.base import Batch
+from sfx.agents.replay_store import ReplayStore
 from sfx.algo.nstep import n_step_targets
 from sfx.algo.qlearning import scale_rewards
-from sfx.errors import ConfigError
 
 STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "active", "policy_versions")
-MEMORY_HEADROOM = 1.1
 
 
 def rows_for(capacity: int, rollout: int) -> int:
     """Rows of ``rollout`` steps that hold ``capacity`` transitions."""
     return max(1, math.ceil(int(capacity) / int(rollout)))
-
-
-def check_replay_memory(needed_bytes: int, capacity: int) -> None:
-    """:class:`ConfigError` when the machine's available memory cannot hold the replay (with 10% to spare)."""
-    import psutil
-
-    available = psutil.virtual_memory().available
-    if needed_bytes * MEMORY_HEADROOM > available:
-        mib = 1024 * 1024
-        raise ConfigError(f"--replay_buffer_size={capacity} transitions need {math.ceil(needed_bytes / mib):,} MiB of "
-                          f"memory per policy but the machine has {available // mib:,} MiB available; lower "
-                          f"--replay_buffer_size (or --num_policies, the observation size)")
 
 
 def bootstrap_steps(active: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, n: int) -> torch.Tensor:
@@ -82,14 +69,14 @@ def bootstrap_steps(active: torch.Tensor, terminated: torch.Tensor, truncated: t
     return out
 
 
-class TransitionReplay:
+class TransitionReplay(ReplayStore):
     """The sample source of SAC (see the module docstring).
 
     Args:
         fresh: the engine's fresh source (``add`` / ``ready`` / ``next_batch``).
         capacity: transitions kept (``--replay_buffer_size``), rounded up to whole rows.
         learning_starts: transitions stored before the first gradient step.
-        replay_ratio: gradient steps per fresh (active) transition.
+        replay_ratio: trained transitions per fresh (active) transition.
         gamma, n_step: the n-step windows' discount and length.
         device: the learner's device (minibatches land there; the ring stays in host memory).
         seed: the sampler's random stream.
@@ -101,48 +88,34 @@ class TransitionReplay:
     def __init__(self, fresh: Any, capacity: int, learning_starts: int, replay_ratio: float, gamma: float,
                  n_step: int, device: torch.device, seed: int | None = None, reward_scale: float = 1.0,
                  reward_clip: float = math.inf) -> None:
-        self.fresh = fresh
-        self.capacity = int(capacity)
+        # the ring's rows are known at the first insert (the trajectories' length)
+        super().__init__(fresh, 0, replay_ratio, device, seed)
+        self.transitions = int(capacity)
         self.learning_starts = int(learning_starts)
-        self.replay_ratio = float(replay_ratio)
         self.gamma, self.n_step = float(gamma), int(n_step)
-        self.device = device
         self.reward_scale, self.reward_clip = float(reward_scale), float(reward_clip)
-        self.generator = torch.Generator()
-        self.generator.manual_seed(0 if seed is None else int(seed))
-        self.data: dict[str, Any] | None = None  # allocated on the first insert
-        self.rows = 0
-        self.size = 0  # filled rows
-        self.next = 0
         self.valid_count = 0  # transitions that can be drawn
         self.final_next = 0
         self.final_lost = 0
         self.inserted = 0  # transitions (active steps) over the store's life
-        self.credit = 0.0  # gradient steps owed to the replay ratio
-        self.gradient_steps = 0
+        self.gradient_steps = 0  # minibatches due so far
         self.counted_steps = 0  # active transitions inserted since learning started (the ratio's denominator)
+
+    @property
+    def rows(self) -> int:
+        return self.capacity
 
     # ------------------------------------------------------------------------------------ the source
 
-    def add(self, slots: list[int]) -> None:
-        self.fresh.add(slots)
-
-    def ready(self) -> bool:
-        return self.fresh.ready()
-
-    def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
-        pass
-
-    def next_batch(self, policy_version: int) -> Batch:
+    def insert(self, batch: Batch) -> Batch:
         """Insert the iteration's fresh trajectories; the batch handed on is the fresh one (its counters, its
         observations for the input statistics); the agent draws :meth:`due` minibatches with :meth:`sample`."""
-        batch = self.fresh.next_batch(policy_version)
         data = batch.data
         new = int(data["active"].sum())
         self._insert(data)
         self.inserted += new
         if self.inserted >= max(1, self.learning_starts) and self.valid_count > 0:
-            self.credit += self.replay_ratio * new
+            self.earn(new)
             self.counted_steps += new
         batch.stats.update(self.stats())
         # off-policy: every active fresh step is stored and counts (--max_policy_lag does not apply; a high replay
@@ -150,31 +123,30 @@ class TransitionReplay:
         return Batch(data=data, valids=data["active"], fresh=batch.fresh, age=batch.age, env_steps=batch.env_steps,
                      ids=batch.ids, stats=batch.stats)
 
-    def due(self) -> int:
-        """Gradient steps the replay ratio asks for now (the credit they use is spent)."""
-        k = int(self.credit)
-        self.credit -= k
+    def due(self, samples_per_minibatch: int) -> int:
+        """Gradient steps (minibatches of ``samples_per_minibatch``) the replay ratio asks for now (spent)."""
+        k = super().due(samples_per_minibatch)
         self.gradient_steps += k
         return k
 
-    def refund(self, k: int) -> None:
-        """Give ``k`` gradient steps of :meth:`due` back to the credit (negative: owe them): ranks agree on one
-        count per iteration, and each rank's credit carries its difference from it."""
-        self.credit += k
+    def refund(self, k: int, samples_per_minibatch: int) -> None:
+        super().refund(k, samples_per_minibatch)
         self.gradient_steps -= k
 
     def stats(self) -> dict[str, float]:
+        # SB3's unit (gradient steps per env step): --replay_ratio / --batch_size when held
         ratio = self.gradient_steps / self.counted_steps if self.counted_steps else 0.0
-        return {"replay/fill": self.size / max(1, self.rows) if self.rows else 0.0,
+        return {"replay/fill": self.size / self.rows if self.rows else 0.0,
                 "replay/transitions": float(self.valid_count), "replay/inserted": float(self.inserted),
                 "replay/final_obs_lost": float(self.final_lost), "replay/updates_per_step": ratio}
 
-    def sample(self, k: int, policy_version: int) -> dict[str, Any]:
+    def sample(self, k: int, policy_version: int | None = None) -> tuple[dict[str, Any], torch.Tensor]:
         """``k`` transitions drawn uniformly -> on the learner's device: ``obs {key: [k, ...]}``, ``actions [k, d]``,
         ``rewards [k]`` (n-step: the window's discounted sum), ``discounts [k]`` (the bootstrap's factor,
         ``gamma^h``, 0 where a termination cut the window), ``next_obs {key: [k, ...]}`` (the bootstrap
         observation: the final one where the window ended at a time limit), ``age [k]`` (learner steps since it
-        was acted)."""
+        was acted; ``policy_version`` default: the last batch's), and ``valids [k]`` (all True)."""
+        policy_version = self.version if policy_version is None else policy_version
         if self.valid_count == 0:
             raise RuntimeError("TransitionReplay.sample: nothing stored to draw from")
         d = self.data
@@ -200,18 +172,19 @@ class TransitionReplay:
                 "actions": d["actions"][rows_t, steps_t].to(dev),
                 "rewards": d["nstep_rewards"][rows_t, steps_t].to(dev),
                 "discounts": d["discounts"][rows_t, steps_t].to(dev),
-                "age": (policy_version - d["policy_versions"][rows_t, steps_t]).float().to(dev)}
+                "age": (policy_version - d["policy_versions"][rows_t, steps_t]).float().to(dev)}, \
+            torch.ones(k, dtype=torch.bool, device=dev)
 
     # ------------------------------------------------------------------------------------ insertion
 
     def _insert(self, data: dict[str, Any]) -> None:
         cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else {kk: vv.cpu() for kk, vv in v.items()})
                for k, v in data.items() if k in (*STEP_FIELDS, "obs", "final_obs")}
-        n, T = cpu["rewards"].shape
+        T = cpu["rewards"].shape[1]
         if self.data is None:
             self._allocate(cpu)
-        first = max(0, n - self.rows)  # more than the ring holds: the last ones
-        n -= first
+        first, rows = self.claim(cpu["rewards"].shape[0])
+        n = len(rows)
         active, term, trunc = cpu["active"][first:], cpu["terminated"][first:], cpu["truncated"][first:]
         trunc = trunc & ~term
         zeros = torch.zeros(n, T)
@@ -219,7 +192,6 @@ class TransitionReplay:
         nstep = n_step_targets(rewards, term, trunc, zeros, zeros, self.gamma, self.n_step,
                                active=active)
         boot = bootstrap_steps(active, term, trunc, self.n_step)
-        rows = (self.next + torch.arange(n)) % self.rows
         d = self.data
         # the rows overwritten leave the drawable count
         self.valid_count -= int(d["valid"][rows].sum())
@@ -257,18 +229,13 @@ class TransitionReplay:
                 d["final_index"][row, t] = f
                 d["final_owner"][f] = torch.tensor([row, t])
                 self.final_next = (f + 1) % F
-        self.next = int((self.next + n) % self.rows)
-        self.size = min(self.rows, self.size + n)
 
     def _allocate(self, cpu: dict[str, Any]) -> None:
-        n, T = cpu["rewards"].shape
-        self.rows = rows_for(self.capacity, T)
-        R = self.rows
+        T = cpu["rewards"].shape[1]
+        self.capacity = rows_for(self.transitions, T)
+        R = self.capacity
         F = max(R, 64)
-
-        def like(v: torch.Tensor, steps: int | None) -> torch.Tensor:
-            lead = (R,) if steps is None else (R, steps)
-            return torch.zeros((*lead, *v.shape[2:]), dtype=v.dtype)
+        like = self.zeros_like_rows
 
         obs = cpu["obs"]
         self.data = {"obs": {k: like(v, T + 1) for k, v in obs.items()},

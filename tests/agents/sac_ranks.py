@@ -19,7 +19,7 @@ def sac_setup(tmp: str, rank: int, group=None):
     from tests.agents.stubs import ListedFresh
 
     cfg = default_cfg(env="gym_Pendulum-v1", algo="SAC", experiment="sac", train_dir=tmp, device="cpu", seed=3 + rank,
-                      batch_size=16, hidden_size=16, learning_starts=0, replay_ratio=0.5)
+                      batch_size=16, hidden_size=16, learning_starts=0, replay_ratio=8.0)
     torch.manual_seed(0)
     model = SACModel(cfg, *SPACES)
     agent = SAC(cfg, model, torch.device("cpu"), group)

@@ -212,9 +212,11 @@ def test_seed_rl_s_defaults_and_the_bad_inputs_are_one_clear_line(tmp_path):
     with pytest.raises(ConfigError, match=r"--algo=R2D2 needs a Discrete action space .* Box\(.*--algo=SAC"):
         run_training(_cfg(tmp_path, env="gym_Pendulum-v1", experiment="pendulum"))
     assert not (tmp_path / "pendulum" / "cfg.json").exists()
-    # a buffer larger than the machine's memory
-    with pytest.raises(ConfigError, match=r"replay buffers \(1 policies\) need [\d,]+ MiB of memory"):
+    # a buffer larger than the machine's memory: R2D2's own flag named (not APPO's --replay_parameters)
+    with pytest.raises(ConfigError, match=r"--replay_buffer_size=1000000000 sequences need [\d,]+ MiB of memory "
+                                          r"per policy .*; lower --replay_buffer_size") as e:
         run_training(_cfg(tmp_path, experiment="huge", replay_buffer_size=10 ** 9))
+    assert "replay_parameters" not in str(e.value)
     assert not (tmp_path / "huge" / "cfg.json").exists()
     # a core that keeps a memory of past steps
     with pytest.raises(ConfigError, match=r"--rnn_type=trxl keeps a memory"):

@@ -23,7 +23,7 @@ from tests.agents.stubs import ListedFresh
 def _cfg(tmp_path, **overrides):
     base = dict(env="gym_Pendulum-v1", algo="SAC", experiment="sac", train_dir=str(tmp_path), device="cpu", seed=3,
                 num_workers=2, num_envs_per_worker=2, rollout=16, batch_size=64, hidden_size=32,
-                learning_starts=100, replay_ratio=0.25, replay_buffer_size=5000, train_for_env_steps=640)
+                learning_starts=100, replay_ratio=16.0, replay_buffer_size=5000, train_for_env_steps=640)
     return default_cfg(**{**base, **overrides})
 
 
@@ -124,7 +124,8 @@ def test_a_transition_s_next_observation_is_the_final_one_at_a_time_limit_and_te
                              device=torch.device("cpu"), seed=0)
     store.next_batch(0)
     assert store.valid_count == 15 and store.rows == 8
-    mb = store.sample(2000, policy_version=4)
+    mb, valids = store.sample(2000, policy_version=4)
+    assert valids.shape == (2000,) and bool(valids.all())
     o, nxt = mb["obs"]["obs"][:, 0], mb["next_obs"]["obs"][:, 0]
     row, t = (o // 1000).long(), (o % 1000).long()
     assert not bool(((row == 1) & (t == 6)).any())  # an inactive step is never drawn
@@ -177,22 +178,23 @@ def test_n_step_windows_sum_rewards_and_bootstrap_where_the_loop_says():
 
 def test_the_replay_ratio_sets_the_gradient_steps_after_learning_starts():
     batches = [_trajectories(2, 8, start=10_000 * i) for i in range(5)]  # 16 transitions each
-    store = TransitionReplay(ListedFresh(batches), capacity=40, learning_starts=32, replay_ratio=0.75, gamma=0.99,
+    # a replay ratio of 3 trained transitions per fresh one, in minibatches of 4: 0.75 gradient steps per env step
+    store = TransitionReplay(ListedFresh(batches), capacity=40, learning_starts=32, replay_ratio=3.0, gamma=0.99,
                              n_step=1, device=torch.device("cpu"), seed=0)
     due = []
     for _ in batches:
         store.next_batch(0)
-        due.append(store.due())
-    # nothing before 32 stored; then 0.75 x 16 = 12 gradient steps per 16 fresh transitions
+        due.append(store.due(4))
+    # nothing before 32 stored; then 3 x 16 = 48 trained transitions = 12 minibatches of 4 per 16 fresh ones
     assert due == [0, 12, 12, 12, 12] and store.stats()["replay/updates_per_step"] == 0.75
     # a ring of 40 transitions (5 rows of 8): the oldest rows were overwritten
     assert store.rows == 5 and store.valid_count == 40
-    drawn = store.sample(500, 0)["obs"]["obs"][:, 0]
+    drawn = store.sample(500, 0)[0]["obs"]["obs"][:, 0]
     assert float(drawn.min()) >= 10_000 * 2 + 1000  # rows of the first two batches and the third's first: gone
 
 
 def test_one_step_changes_the_critics_and_moves_the_target_copies_by_tau(tmp_path):
-    cfg = _cfg(tmp_path, batch_size=32, tau=0.1, learning_starts=0)
+    cfg = _cfg(tmp_path, batch_size=32, tau=0.1, learning_starts=0, replay_ratio=8.0)
     space = gymnasium.spaces.Box(-1.0, 1.0, (3,))
     model = SACModel(cfg, space, gymnasium.spaces.Box(-1.0, 1.0, (2,)))
     agent = SAC(cfg, model, torch.device("cpu"))
@@ -272,7 +274,7 @@ def test_it_trains_in_worker_processes_checkpoints_what_it_learned_and_resumes(t
 def test_the_paper_s_defaults_and_the_bad_inputs_are_one_clear_line(tmp_path):
     cfg = default_cfg(env="gym_Pendulum-v1", algo="SAC")
     assert (cfg.gamma, cfg.tau, cfg.batch_size, cfg.n_step, cfg.replay_ratio, cfg.sac_alpha, cfg.use_rnn) == \
-           (0.99, 0.005, 256, 1, 1.0, None, False)
+           (0.99, 0.005, 256, 1, 256.0, None, False)
     assert (cfg.actor_learning_rate, cfg.critic_learning_rate, cfg.alpha_learning_rate) == (3e-4, 3e-4, 3e-4)
     for flags, message in [({"replay_ratio": 0.0}, r"--replay_ratio=0.0 must be a finite number > 0"),
                            ({"replay_ratio": -1.0}, r"--replay_ratio=-1.0 must be"),
@@ -324,13 +326,13 @@ def test_two_ranks_agree_on_the_steps_average_their_gradients_and_keep_equal_wei
     mp.spawn(rank_main, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), [4, 2], nan_at), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     assert r0["steps"] == r1["steps"] == 12
-    assert (r0["credit"], r1["credit"]) == (4.0, -4.0)
+    assert (r0["credit"], r1["credit"]) == (4.0 * 16, -4.0 * 16)  # in trained transitions, minibatches of 16
     assert r0["skipped"] == r1["skipped"] == ([] if nan_at is None else [2])
     for key in ("model", "target"):
         for name, value in r0[key].items():
             assert torch.equal(value, r1[key][name]), (key, name)
     assert torch.equal(r0["log_alpha"], r1["log_alpha"])
     _, alone, store = sac_setup(str(tmp_path), 0)
-    store.credit = -4.0  # 12 steps, as the ranks took
+    store.credit = -4.0 * 16  # 12 steps, as the ranks took
     assert train_once(alone, store, rank_data(0, 4))[0] == 12
     assert not torch.equal(alone.model.state_dict()["actor.out.weight"], r0["model"]["actor.out.weight"])
