@@ -5,7 +5,8 @@ parameters and the value (and the value of a time-limit step's final observation
 Learning: each iteration takes ``--num_batches_per_iteration`` minibatches of ``--batch_size`` samples,
 ``--ppo_epochs`` passes over them in random order; one minibatch step is :func:`learning_step`: the model
 recomputes the trajectories (``ActorCritic.forward_trajectories``), :mod:`sfx.algo.appo` gives the targets
-(V-trace or GAE) and the named loss terms, and the step sums ``coefficient * term``, clips the gradient,
+(``--advantage_estimator``: V-trace, GAE, N-step or Monte-Carlo returns) and the named loss terms (``--policy_loss``:
+PPO's clipped surrogate, vanilla PG, AWR or V-MPO: the choices of the on-policy study, Andrychowicz et al. 2021), and the step sums ``coefficient * term``, clips the gradient,
 steps Adam and returns its statistics. It runs without any process or queue (tests,
 ``bench/learner_step.py``).
 """
@@ -20,15 +21,22 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch, tree_map
 from sfx.agents.kit import gradient_step
-from sfx.algo.appo import LOSS_TERMS, APPOParams, appo_loss_terms, appo_targets, normalize_advantages
+from sfx.algo.appo import (ADVANTAGE_ESTIMATORS, LOSS_TERMS, POLICY_LOSSES, APPOParams, appo_loss_terms, appo_targets,
+                            normalize_advantages)
 from sfx.algo.clear import clear_cloning_terms
 from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
 from sfx.algo.normalizers import RunningMeanStd
+from sfx.algo.policy_losses import vmpo_dual_init
 from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 
-__all__ = ["APPO", "APPOActingRule", "learning_step", "make_optimizer", "running_advantage_normalization",
-           "trajectories_per_minibatch"]
+__all__ = ["APPO", "APPOActingRule", "advantage_estimator", "learning_step", "make_optimizer",
+           "running_advantage_normalization", "trajectories_per_minibatch"]
+
+
+def advantage_estimator(cfg: Any) -> str:
+    """The estimator in effect: ``--advantage_estimator``, or with ``auto`` V-trace if ``--with_vtrace`` else GAE."""
+    return APPOParams.from_cfg(cfg).estimator
 
 
 def trajectories_per_minibatch(cfg: Any) -> int:
@@ -64,7 +72,8 @@ def popart_summary(popart: Any, returns: torch.Tensor, tasks: torch.Tensor, vali
 
 def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: dict[str, Any],
                   valids: torch.Tensor, cfg: Any, group: Any = None,
-                  advantage_stats: RunningMeanStd | None = None) -> dict[str, float]:
+                  advantage_stats: RunningMeanStd | None = None,
+                  vmpo_duals: tuple[torch.Tensor, torch.optim.Optimizer] | None = None) -> dict[str, float]:
     """One APPO minibatch step on ``model`` (an ``ActorCritic``): forward, targets, loss, backward,
     gradient clipping and ``optimizer.step()``. Needs no process or queue.
 
@@ -83,6 +92,10 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         advantage_stats: with ``--advantage_normalization`` resolving to running, the running statistics of the advantages
             (the learner keeps them): this minibatch's valid advantages are folded in, and the advantages are
             divided by their (unbiased) std instead of the minibatch's own. None: the minibatch's own std.
+        vmpo_duals: with ``--policy_loss=vmpo``, V-MPO's ``[2]`` learned parameters (temperature and KL multiplier,
+            ``sfx.algo.policy_losses.vmpo_duals``) and their own optimizer: they descend their dual losses with the
+            same backward pass, outside the model's gradient clipping (their gradients are of order 1 whatever the
+            network's, and would otherwise take the clip's budget), summed over ranks like the model's.
 
     Returns:
         The step's statistics: ``loss/total``, ``loss/<term>`` (auxiliary terms too: ``loss/aux_*``),
@@ -107,7 +120,7 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     old_dist = make_action_distribution(space, mb["action_params"].reshape(n * T, -1))
 
     values = out.values.detach()
-    log_rhos = log_prob.detach() - mb["log_probs"] if params.with_vtrace else None
+    log_rhos = log_prob.detach() - mb["log_probs"] if params.estimator == "vtrace" else None
     reduce = group.sum if group is not None else None
     # the agent's inactive steps are transparent in the targets (their values are never trained); `valids`
     # also drops lagging samples, which are still steps of the agent. PopArt scales the advantages below, once
@@ -148,7 +161,8 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         old_values_norm = model.normalize_values(mb["values"], tasks)
 
     terms = appo_loss_terms(dist, old_dist, log_prob, mb["log_probs"], targets, returns_norm, out.values,
-                            out.values_normalized, old_values_norm, valids, params)
+                            out.values_normalized, old_values_norm, valids, params,
+                            None if vmpo_duals is None else vmpo_duals[0])
     loss = None
     for name, coeff in params.coefficients.items():
         weighted = coeff * getattr(terms, name)
@@ -180,8 +194,16 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         # this rank's share of all ranks' valid samples: summed gradients = gradient of the global mean
         local = valids.sum().to(torch.float64)
         share = local / group.sum(local.reshape(1))[0].clamp(min=1.0)
+    if vmpo_duals is not None:
+        vmpo_duals[0].grad = None  # the backward pass below fills it
     grad_norm = gradient_step(loss, optimizer, model.parameters(), max_grad_norm=cfg.max_grad_norm, group=group,
                               weight=share)
+    if vmpo_duals is not None:
+        raw, dual_optimizer = vmpo_duals
+        if group is not None:
+            group.sum_gradients([raw])
+        if raw.grad is not None and bool(torch.isfinite(raw.grad).all()):
+            dual_optimizer.step()
     popart_stats = {}
     if popart is not None:
         # after the step (van Hasselt et al. 2016): the tasks' statistics move towards this minibatch's
@@ -194,6 +216,7 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     stats = {"loss/total": loss.item()}
     stats.update({names.get(name, f"loss/{name}"): getattr(terms, name).item() for name in LOSS_TERMS})
     stats.update({f"loss/{name}": term.item() for name, term in aux_terms.items()})
+    stats.update({name: float(value) for name, value in (terms.policy_stats or {}).items()})
     stats.update(popart_stats)
     stats.update({
         "entropy": terms.entropy.item(), "kl": terms.kl.item(), "grad_norm": grad_norm.item(),
@@ -212,8 +235,41 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
                    help="minibatches the learner collects before each training iteration")
     g.add_argument("--ppo_epochs", type=int, default=1, help="passes over each iteration's data")
     g.add_argument("--gae_lambda", type=float, default=0.95,
-                   help="GAE lambda (used when --with_vtrace=False), in [0, 1]")
-    add_bool_arg(g, "with_vtrace", True, "V-trace off-policy correction (IMPALA); False = GAE")
+                   help="GAE lambda (used by the GAE estimator: --advantage_estimator=gae, or auto with "
+                        "--with_vtrace=False), in [0, 1]")
+    add_bool_arg(g, "with_vtrace", True, "V-trace off-policy correction (IMPALA); False = GAE. Read only with "
+                                         "--advantage_estimator=auto")
+    g.add_argument("--advantage_estimator", choices=list(ADVANTAGE_ESTIMATORS), default="auto",
+                   help="value targets and advantages (the choices of Andrychowicz et al. 2021, 'What Matters in "
+                        "On-Policy RL'): auto = vtrace with --with_vtrace, else gae (the command lines written "
+                        "before this flag keep their meaning); gae = GAE with --gae_lambda; vtrace = V-trace with "
+                        "--vtrace_rho/--vtrace_c/--vtrace_lambda; nstep = N-step returns, --n_step of the agent's "
+                        "steps then the value; mc = Monte-Carlo returns to the episode's end (bootstrapped from the "
+                        "value where the rollout ends first: GAE with lambda 1). All but vtrace take the samples as "
+                        "on-policy. A time limit bootstraps, a termination does not, for every estimator")
+    g.add_argument("--n_step", type=int, default=5,
+                   help="with --advantage_estimator=nstep: rewards (agent steps) summed before bootstrapping from the "
+                        "value, >= 1 (1 = one-step TD; >= --rollout = mc)")
+    g.add_argument("--policy_loss", choices=list(POLICY_LOSSES), default="ppo",
+                   help="policy loss on the advantages (Andrychowicz et al. 2021's choices): ppo = PPO's clipped "
+                        "surrogate (--ppo_clip_ratio); vpg = vanilla policy gradient -A log pi (no ratio, no clip); "
+                        "awr = advantage-weighted regression, -min(exp(A / --awr_beta), --awr_max_weight) log pi "
+                        "(Peng et al. 2019); vmpo = V-MPO (Song et al. 2019): top-half advantages weighted by a "
+                        "softmax at a learned temperature bounded by --vmpo_eps_eta, and a KL(behaviour || current) "
+                        "constraint --vmpo_eps_alpha with a learned Lagrange multiplier")
+    g.add_argument("--awr_beta", type=float, default=1.0,
+                   help="AWR temperature beta, > 0, in the units of the advantages the loss sees (normalized ones: "
+                        "--advantage_normalization)")
+    g.add_argument("--awr_max_weight", type=float, default=20.0,
+                   help="AWR: clip of the weights exp(A / beta), > 0 (the AWR paper's 20)")
+    g.add_argument("--vmpo_eps_eta", type=float, default=0.01,
+                   help="V-MPO: bound on the KL of the top-half weights from uniform (nats), > 0; the temperature "
+                        "eta is learned to meet it")
+    g.add_argument("--vmpo_eps_alpha", type=float, default=0.005,
+                   help="V-MPO: bound on the mean KL(behaviour || current policy) per sample (nats), > 0; the "
+                        "multiplier alpha is learned to meet it")
+    g.add_argument("--vmpo_init_eta", type=float, default=1.0, help="V-MPO: initial temperature eta, > 0")
+    g.add_argument("--vmpo_init_alpha", type=float, default=5.0, help="V-MPO: initial KL multiplier alpha, > 0")
     g.add_argument("--vtrace_rho", type=float, default=1.0, help="V-trace rho-bar: clip of the importance weights")
     g.add_argument("--vtrace_c", type=float, default=1.0, help="V-trace c-bar: clip of the trace-cutting weights")
     g.add_argument("--vtrace_lambda", type=float, default=1.0,
@@ -256,10 +312,18 @@ def validate_appo_cfg(cfg: Any) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"--{name}={value} must be a positive integer (> 0)")
-    for name in ("vtrace_rho", "vtrace_c", "ppo_clip_ratio"):
+    if cfg.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+        raise ConfigError(f"--advantage_estimator={cfg.advantage_estimator} is not known; allowed: "
+                          f"{', '.join(ADVANTAGE_ESTIMATORS)}")
+    if cfg.policy_loss not in POLICY_LOSSES:
+        raise ConfigError(f"--policy_loss={cfg.policy_loss} is not known; allowed: {', '.join(POLICY_LOSSES)}")
+    if not isinstance(cfg.n_step, int) or isinstance(cfg.n_step, bool) or cfg.n_step < 1:
+        raise ConfigError(f"--n_step={cfg.n_step} must be an integer >= 1")
+    for name in ("vtrace_rho", "vtrace_c", "ppo_clip_ratio", "awr_beta", "awr_max_weight", "vmpo_eps_eta",
+                 "vmpo_eps_alpha", "vmpo_init_eta", "vmpo_init_alpha"):
         value = getattr(cfg, name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-            raise ConfigError(f"--{name}={value} must be > 0")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"--{name}={value} must be a finite number > 0")
     for name in ("gae_lambda", "vtrace_lambda"):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ConfigError(f"--{name}={getattr(cfg, name)} must be in [0, 1]")
@@ -275,12 +339,16 @@ def validate_appo_cfg(cfg: Any) -> None:
         # every buffer's share of a batch must be whole (the platform's rule): a ConfigError naming it now
         batch_composition(specs, APPO.trajectories_per_iteration(cfg))
     replays = any(s.type != "queue" for s in specs)
-    if replays and not cfg.with_vtrace:
-        # GAE takes every sample as on-policy: replayed trajectories, many versions old, would be trained on
-        # uncorrected (the doom family defaults to GAE, so this would happen silently there)
+    estimator = advantage_estimator(cfg)
+    if replays and estimator != "vtrace":
+        # GAE (N-step, MC) takes every sample as on-policy: replayed trajectories, many versions old, would be
+        # trained on uncorrected (the doom family defaults to GAE, so this would happen silently there)
+        how = "--with_vtrace=False (GAE)" if cfg.advantage_estimator == "auto" else \
+            f"--advantage_estimator={cfg.advantage_estimator}"
         raise ConfigError(f"--replay_parameters={cfg.replay_parameters} replays old trajectories, which only V-trace "
-                          f"corrects for; --with_vtrace=False (GAE) does not: allowed: --with_vtrace=True with "
-                          f"replay, or GAE with no replaying buffer (--replay_parameters=None, or queue only)")
+                          f"corrects for; {how} does not: allowed: V-trace (--advantage_estimator=vtrace, or auto "
+                          f"with --with_vtrace=True) with replay, or no replaying buffer (--replay_parameters=None, "
+                          f"or queue only)")
     if (cfg.clear_policy_coeff or cfg.clear_value_coeff) and not replays:
         raise ConfigError(f"--clear_policy_coeff / --clear_value_coeff clone on replayed samples: set "
                           f"--replay_parameters with a standard or custom buffer (now: {cfg.replay_parameters!r})")
@@ -369,7 +437,7 @@ class APPO(Agent):
         # GAE's targets take the samples as on-policy: one batch ahead (lag ~1) when the learner sets the pace.
         # V-trace corrects for the lag and keeps the slots' slack (doom_basic, README "Late learning", 800k
         # frames: V-trace ended at 59.9 at lag 1 and 64.7 at lag 3, GAE at 69.8 at lag 1 and 64.5 at lag 3)
-        return 0 if cfg.with_vtrace else 1
+        return 0 if advantage_estimator(cfg) == "vtrace" else 1
 
     @classmethod
     def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
@@ -404,6 +472,12 @@ class APPO(Agent):
                                 if running_advantage_normalization(cfg) else None)
         self.replay = replay_specs(cfg)
         self.check_model(cfg, model)
+        # V-MPO's temperature and KL multiplier: learned, not part of the model (the policy workers never need them)
+        self.vmpo_duals = None
+        if cfg.policy_loss == "vmpo":
+            raw = torch.nn.Parameter(vmpo_dual_init(cfg.vmpo_init_eta, cfg.vmpo_init_alpha).to(device))
+            self.vmpo_duals = (raw, torch.optim.Adam([raw], lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                                     eps=cfg.adam_eps))
 
     def sample_source(self, fresh: Any) -> Any:
         if not any(s.type != "queue" for s in self.replay):
@@ -437,12 +511,16 @@ class APPO(Agent):
             yield tree_map(lambda v: v[mb], data), batch.valids[mb]
 
     def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
-        return learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats)
+        return learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats,
+                             self.vmpo_duals)
 
     def learning_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
         if self.advantage_stats is not None:
             state["advantage_stats"] = self.advantage_stats.state_dict()
+        if self.vmpo_duals is not None:
+            state["vmpo_duals"] = self.vmpo_duals[0].detach().clone()
+            state["vmpo_optimizer"] = self.vmpo_duals[1].state_dict()
         return state
 
     def load_learning_state(self, state: Mapping[str, Any]) -> None:
@@ -452,10 +530,17 @@ class APPO(Agent):
         # --advantage_normalization=minibatch) starts them afresh: they settle within a few minibatches
         if self.advantage_stats is not None and "advantage_stats" in state:
             self.advantage_stats.load_state_dict(state["advantage_stats"])
+        # a checkpoint of another policy loss (or of before V-MPO existed) starts eta and alpha at their flags
+        if self.vmpo_duals is not None and "vmpo_duals" in state:
+            with torch.no_grad():
+                self.vmpo_duals[0].copy_(state["vmpo_duals"])
+            self.vmpo_duals[1].load_state_dict(state["vmpo_optimizer"])
 
     def apply_params(self, params: Mapping[str, Any]) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = float(self.cfg.learning_rate)
+        optimizers = [self.optimizer] + ([self.vmpo_duals[1]] if self.vmpo_duals is not None else [])
+        for optimizer in optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = float(self.cfg.learning_rate)
 
     def current_lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])

@@ -12,9 +12,12 @@ of ``T`` steps (batch-major ``[B, T]``, as the learner stores them):
     discount_t = g_t * (1 - done_t)                              (done = terminated or truncated)
     returns, A = vtrace(log pi - log mu, discount, r, V, V(x_T), lambda, active)
                  or  gae(r, V, V(x_T), discount, lambda, active)   (inactive steps transparent)
+                 or  nstep_returns(r, V, V(x_T), discount, n, active) or monte_carlo_returns(...)
+                 (``APPOParams.estimator``; ``sfx.algo.returns``)
     A          = (A - mean_valid(A)) / (std_valid(A) + 1e-8)
 
     policy      = -mean_valid(min(rho A, clip(rho, 1 - eps, 1 + eps) A)),  rho = pi(a|x) / mu(a|x)
+                  (``policy_loss="ppo"``; or ``sfx.algo.policy_losses``: vanilla PG, AWR, V-MPO)
     value       = 0.5 mean_valid(max((v - R)^2, (v_clip - R)^2))   (head scale: v, R normalized)
     exploration = -mean_valid(entropy(pi))  or  min(mean_valid(symmetric KL(pi, uniform)), 30)
     kl          = mean_valid(KL(mu || pi))
@@ -34,14 +37,18 @@ import torch
 
 from sfx.algo.distributions import ActionDistribution
 from sfx.algo.gae import gae
+from sfx.algo.policy_losses import POLICY_LOSSES, awr_loss, vmpo_duals, vmpo_loss, vpg_loss
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
+from sfx.algo.returns import monte_carlo_returns, nstep_returns
 from sfx.algo.targets import Targets, scale_rewards
 from sfx.algo.vtrace import vtrace
 
-__all__ = ["APPOParams", "EXPLORATION_LOSSES", "LOSS_TERMS", "LossTerms", "TrajectoryOutputs", "appo_loss_terms",
+__all__ = ["ADVANTAGE_ESTIMATORS", "APPOParams", "EXPLORATION_LOSSES", "POLICY_LOSSES", "LOSS_TERMS", "LossTerms", "TrajectoryOutputs", "appo_loss_terms",
            "appo_targets", "normalize_advantages"]
 
 EXPLORATION_LOSSES = ("entropy", "symmetric_kl")
+# auto: V-trace with with_vtrace, else GAE (what with_vtrace alone chose before the estimators were a choice)
+ADVANTAGE_ESTIMATORS = ("auto", "gae", "vtrace", "nstep", "mc")
 LOSS_TERMS = ("policy", "value", "exploration", "kl")  # the LossTerms fields the learner sums
 
 
@@ -67,11 +74,27 @@ class APPOParams:
     exploration_loss_coeff: float
     kl_loss_coeff: float
     vtrace_lambda: float = 1.0
+    advantage_estimator: str = "auto"
+    n_step: int = 5
+    policy_loss: str = "ppo"
+    awr_beta: float = 1.0
+    awr_max_weight: float = 20.0
+    vmpo_eps_eta: float = 0.01
+    vmpo_eps_alpha: float = 0.005
 
     def __post_init__(self) -> None:
-        if self.exploration_loss not in EXPLORATION_LOSSES:
-            raise ValueError(f"exploration_loss={self.exploration_loss!r} is not known; allowed: "
-                             f"{', '.join(EXPLORATION_LOSSES)}")
+        for name, allowed in (("exploration_loss", EXPLORATION_LOSSES), ("advantage_estimator", ADVANTAGE_ESTIMATORS),
+                              ("policy_loss", POLICY_LOSSES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not known; allowed: {', '.join(allowed)}")
+
+    @property
+    def estimator(self) -> str:
+        """The advantage estimator in effect: ``advantage_estimator``, or with ``auto`` V-trace if ``with_vtrace``
+        else GAE."""
+        if self.advantage_estimator == "auto":
+            return "vtrace" if self.with_vtrace else "gae"
+        return self.advantage_estimator
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> "APPOParams":
@@ -110,7 +133,8 @@ class LossTerms(NamedTuple):
     gradient); the rest are detached diagnostics.
 
     Attributes:
-        policy: the clipped surrogate loss.
+        policy: the policy loss (``APPOParams.policy_loss``): PPO's clipped surrogate, vanilla PG, AWR, or
+            V-MPO's ``L_pi + L_eta + L_alpha`` (its dual terms train the temperature and the KL multiplier).
         value: the (clipped) value loss in the value head's scale.
         exploration: ``-entropy`` or the capped symmetric KL from uniform (``APPOParams.exploration_loss``).
         kl: mean ``KL(behaviour || current)`` over valid samples.
@@ -119,6 +143,9 @@ class LossTerms(NamedTuple):
         adv_std: std of the advantages the policy loss used, over all samples.
         value_mean: mean of the current values (reward scale), over all samples.
         target_mean: mean of the value targets (reward scale), over all samples.
+        policy_stats: named detached scalars of the policy loss (V-MPO: ``vmpo/eta``, ``vmpo/alpha``,
+            ``vmpo/weights_kl``, ``loss/vmpo_policy``, ``loss/vmpo_temperature``, ``loss/vmpo_trust_region``;
+            AWR: ``awr/weight_mean``, ``awr/clipped_fraction``); None with PPO and vanilla PG.
     """
 
     policy: torch.Tensor
@@ -130,6 +157,7 @@ class LossTerms(NamedTuple):
     adv_std: torch.Tensor
     value_mean: torch.Tensor
     target_mean: torch.Tensor
+    policy_stats: dict[str, torch.Tensor] | None = None  # the policy loss's own detached statistics (V-MPO)
 
 
 def normalize_advantages(advantages: torch.Tensor, valids: torch.Tensor, reduce: Reduce | None = None,
@@ -172,9 +200,10 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
         truncation_values: ``[B, T]`` ``V(final obs)`` of truncated steps (reward scale).
         values: ``[B, T]`` ``V(x_t)`` of the current weights (reward scale).
         bootstrap_values: ``[B]`` ``V(x_T)`` after the last step.
-        log_rhos: ``[B, T]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)``; needed with V-trace, unused by GAE.
+        log_rhos: ``[B, T]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)``; needed with V-trace, unused by the others.
         valids: ``[B, T]`` bool, the samples that count (advantage statistics are over these).
-        params: ``gamma, reward_scale, reward_clip, with_vtrace, vtrace_rho, vtrace_c, vtrace_lambda, gae_lambda``.
+        params: ``gamma, reward_scale, reward_clip``, the estimator (``APPOParams.estimator``) and its parameters
+            (``vtrace_rho, vtrace_c, vtrace_lambda``; ``gae_lambda``; ``n_step``).
         reduce: with data-parallel ranks, a sum over ranks (advantages are normalized over all of them).
         advantage_scale: ``[B, T]`` or ``[B]`` factors applied to the advantages before they are normalized
             (PopArt: ``1 / sigma`` of each sample's task, so every task's policy gradient has the same scale).
@@ -203,14 +232,19 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
             return x.transpose(0, 1)
 
         active_tm = None if active is None else tm(active)
-        if p.with_vtrace:
+        estimator = p.estimator
+        if estimator == "vtrace":
             if log_rhos is None:
                 raise ValueError("appo_targets: log_rhos is None; V-trace (with_vtrace=True) needs the log ratios")
             out = vtrace(tm(log_rhos), tm(discounts), tm(r), tm(values), bootstrap_values,
                          clip_rho_threshold=p.vtrace_rho, clip_pg_rho_threshold=p.vtrace_rho, lambda_=p.vtrace_lambda,
                          clip_c_threshold=p.vtrace_c, active=active_tm)
-        else:
+        elif estimator == "gae":
             out = gae(tm(r), tm(values), bootstrap_values, tm(discounts), p.gae_lambda, active=active_tm)
+        elif estimator == "nstep":
+            out = nstep_returns(tm(r), tm(values), bootstrap_values, tm(discounts), p.n_step, active=active_tm)
+        else:
+            out = monte_carlo_returns(tm(r), tm(values), bootstrap_values, tm(discounts), active=active_tm)
         advantages = tm(out.advantages)
         if advantage_scale is not None:
             scale = advantage_scale.to(advantages.dtype)
@@ -223,7 +257,7 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
 def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_prob: torch.Tensor,
                     old_log_prob: torch.Tensor, targets: Targets, returns_normalized: torch.Tensor,
                     values: torch.Tensor, values_normalized: torch.Tensor, old_values_normalized: torch.Tensor,
-                    valids: torch.Tensor, params: APPOParams) -> LossTerms:
+                    valids: torch.Tensor, params: APPOParams, vmpo_raw_duals: torch.Tensor | None = None) -> LossTerms:
     """The loss terms of a minibatch (module docstring, second block), masked to ``valids``.
 
     Args:
@@ -237,13 +271,38 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         values_normalized: ``[B, T]`` the value head's output (carries the gradient).
         old_values_normalized: ``[B, T]`` the values recorded when acting, in the head's scale.
         valids: ``[B, T]`` bool.
-        params: ``ppo_clip_ratio, ppo_clip_value, exploration_loss``.
+        params: ``ppo_clip_ratio, ppo_clip_value, exploration_loss``, ``policy_loss`` and its parameters.
+        vmpo_raw_duals: ``[2]`` V-MPO's learned parameters (``sfx.algo.policy_losses.vmpo_duals``); needed with
+            ``policy_loss="vmpo"``, unused otherwise.
 
     Returns:
         ``LossTerms``.
     """
     shape = valids.shape
-    policy, ratio = ppo_policy_loss(log_prob, old_log_prob, targets.advantages, params.ppo_clip_ratio, valids)
+    kl_per_sample = None  # computed where it always was (the gradients' summation order stays today's), V-MPO first
+    ratio = torch.exp(log_prob.detach() - old_log_prob.detach())
+    policy_stats = None
+    adv = targets.advantages
+    if params.policy_loss == "ppo":
+        policy, ratio = ppo_policy_loss(log_prob, old_log_prob, adv, params.ppo_clip_ratio, valids)
+    elif params.policy_loss == "vpg":
+        policy = vpg_loss(log_prob, adv, valids)
+    elif params.policy_loss == "awr":
+        awr = awr_loss(log_prob, adv, params.awr_beta, params.awr_max_weight, valids)
+        policy = awr.loss
+        clipped = (awr.weights >= params.awr_max_weight).to(adv.dtype)
+        policy_stats = {"awr/weight_mean": masked_mean(awr.weights, valids),
+                        "awr/clipped_fraction": masked_mean(clipped, valids)}
+    else:
+        if vmpo_raw_duals is None:
+            raise ValueError("appo_loss_terms: policy_loss='vmpo' needs vmpo_raw_duals (the learned eta and alpha)")
+        eta, alpha = vmpo_duals(vmpo_raw_duals)
+        kl_per_sample = old_dist.kl_divergence(dist).reshape(shape)
+        vm = vmpo_loss(log_prob, adv, kl_per_sample, eta, alpha, params.vmpo_eps_eta, params.vmpo_eps_alpha, valids)
+        policy = vm.total
+        policy_stats = {"vmpo/eta": eta.detach(), "vmpo/alpha": alpha.detach(), "vmpo/weights_kl": vm.weights_kl,
+                        "loss/vmpo_policy": vm.policy.detach(), "loss/vmpo_temperature": vm.temperature.detach(),
+                        "loss/vmpo_trust_region": vm.trust_region.detach()}
     value = ppo_value_loss(values_normalized, old_values_normalized, returns_normalized, params.ppo_clip_value,
                            valids)
     entropy = dist.entropy().reshape(shape)
@@ -251,8 +310,9 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         exploration = symmetric_kl_loss(dist.symmetric_kl_with_uniform().reshape(shape), valids)
     else:
         exploration = entropy_loss(entropy, valids)
-    kl = kl_loss(old_dist.kl_divergence(dist).reshape(shape), valids)
-    adv = targets.advantages
+    if kl_per_sample is None:
+        kl_per_sample = old_dist.kl_divergence(dist).reshape(shape)
+    kl = kl_loss(kl_per_sample, valids)
     return LossTerms(
         policy=policy, value=value, exploration=exploration, kl=kl,
         entropy=masked_mean(entropy.detach(), valids),
@@ -260,4 +320,5 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         adv_std=adv.std() if adv.numel() > 1 else torch.zeros((), dtype=adv.dtype, device=adv.device),
         value_mean=values.detach().mean(),
         target_mean=targets.returns.mean(),
+        policy_stats=policy_stats,
     )
