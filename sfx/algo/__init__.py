@@ -19,8 +19,11 @@ from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.nstep import NStepTargets, n_step_targets
 from sfx.algo.popart import (PopArtStats, PopArtStep, popart_advantages, popart_normalize, popart_preserve_,
                              popart_step, popart_unnormalize, popart_update, select_task_values)
+from sfx.algo.policy_losses import (AWRLoss, VMPOLoss, awr_loss, top_half_mask, vmpo_dual_init, vmpo_duals, vmpo_loss,
+                                    vpg_loss)
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss
 from sfx.algo.prioritized import PrioritizedSample, PrioritizedSampler, SumTree
+from sfx.algo.returns import monte_carlo_returns, nstep_returns
 from sfx.algo.qlearning import (DoubleQTargets, R2D2Loss, actor_epsilons, double_q_targets, importance_weights,
                                 r2d2_loss, sequence_priorities, td_errors, value_rescale, value_rescale_inverse)
 from sfx.algo.sac import (SAC_LOG_STD_MAX, SAC_LOG_STD_MIN, CriticLoss, SquashedGaussian, SquashedSample, actor_loss,
@@ -59,6 +62,16 @@ __all__ = [
     "ppo_policy_loss",
     "ppo_value_loss",
     "vtrace",
+    "nstep_returns",
+    "monte_carlo_returns",
+    "AWRLoss",
+    "VMPOLoss",
+    "awr_loss",
+    "top_half_mask",
+    "vmpo_dual_init",
+    "vmpo_duals",
+    "vmpo_loss",
+    "vpg_loss",
     "NStepTargets",
     "n_step_targets",
     "PrioritizedSample",
