@@ -261,13 +261,13 @@ def dry_parse(module: str, args: list[str], train_dir: Path) -> None:
 
         build_parser().parse_args(args)
     elif module == "sfx.tb":
-        from sfx_tb.cli import build_parser
+        from sfx_tb.cli import MODES, build_parser
 
-        mode = args[0] if args and args[0] in ("plot", "table") else "serve"
+        mode = args[0] if args and args[0] in MODES else "serve"
         parser = build_parser(mode)
-        own = args[1:] if mode != "serve" else args
+        own = args[1:] if args and args[0] == mode else args
         if "--" in own:
-            own = own[:own.index("--")]  # the rest goes to TensorBoard itself
+            own = own[:own.index("--")]  # the rest goes to TensorBoard (serve) or sfx.enjoy (evaluate)
         try:
             parser.parse_args(own)
         except SystemExit as e:
