@@ -2,7 +2,12 @@
 
 - ``python -m sfx.tb PATTERN...``: a real TensorBoard over the experiments matching wildcard patterns.
 - ``python -m sfx.tb plot PATTERN...``: learning curves, mean and spread over seeds, to PNG/SVG/PDF.
-- ``python -m sfx.tb table PATTERN...``: final results per group of seeds, Markdown or CSV.
+- ``python -m sfx.tb table PATTERN...``: final results per group of seeds, Markdown or CSV; ``--aggregate`` /
+  ``--eval``: IQM, mean, median, optimality gap per method over seeds and tasks and P(X > Y) between methods,
+  with stratified bootstrap CIs (:mod:`sfx_tb.aggregate`, :mod:`sfx_tb.stats`); ``plot --profile``: performance
+  profiles.
+- ``python -m sfx.tb evaluate PATTERN...``: ``python -m sfx.enjoy`` on every experiment (its own process), then
+  the aggregate table of the evaluation results files.
 - In Python (notebooks)::
 
       from sfx_tb import load_scalars, plot_curves, summary_table

@@ -74,3 +74,28 @@ def test_a_family_that_cannot_travel_is_one_line(tmp_path):
             pickle.dumps(family)
     finally:
         unregister_env_family("main_locked")
+
+
+def test_a_family_that_cannot_travel_stops_the_command_with_one_line(tmp_path):
+    code = textwrap.dedent(f"""
+        import threading
+        import gymnasium as gym
+        from sfx.envs import register_env
+        from sfx.train import main
+        lock = threading.Lock()
+
+        def make(name, cfg, env_config, render_mode=None):
+            assert lock is not None  # the function holds a lock: nothing pickles it
+            return gym.make("CartPole-v1")
+
+        register_env("main_locked", make)
+        raise SystemExit(main(["--env=main_locked", "--experiment=lk", "--train_dir={tmp_path}", "--num_workers=1",
+                               "--num_envs_per_worker=2", "--worker_num_splits=1", "--device=cpu",
+                               "--train_for_env_steps=300"]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("sfx: error:")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert errors == ["sfx: error: env 'main_locked' cannot travel to worker processes (TypeError: cannot pickle "
+                      "'_thread.lock' object); register it at the top level of an importable module (and name that "
+                      "module in SFX_EXTRA_ENV_MODULES), or train with --serial_mode=True"]
