@@ -6,7 +6,8 @@ The statistics themselves are :mod:`sfx_tb.stats`.
 - A *run* is one policy of one experiment (a seed); its *score* on its task is the final value of a scalar
   of its event files (as :func:`sfx_tb.table.final_values` takes it) or, with evaluation results files
   (``eval_results_p<policy>.json``, written by ``python -m sfx.enjoy``), the evaluation's mean return.
-- A *task* is the experiment's ``--env`` (its cfg.json).
+- A *task* is the experiment's ``--env`` (its cfg.json); a multi-task training's runs score each of their tasks
+  (its ``task/<name>/<metric>`` scalars).
 - A *method* is what the experiments set besides ``--env`` and ``--seed``: experiments of the same run folder
   with the same explicitly given flags (cfg.json's ``explicit_args``) but those two, or, with
   ``method_by``, the same values of the named cfg keys.
@@ -104,21 +105,35 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 
 def scores_from_scalars(df: pd.DataFrame, experiments: Sequence[ExperimentDir], metric: str = "reward",
                         last_frac: float = 0.1, method_by: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per run with the final value of the scalar ``metric`` (``df``: :func:`sfx_tb.scalars.load_scalars`)."""
-    from sfx_tb.table import final_values
+    """One row per run and task with the final value of the scalar ``metric`` (``df``:
+    :func:`sfx_tb.scalars.load_scalars`). A run of a multi-task training (``--env=multitask``, ``dmlab_30``) that
+    logs ``task/<name>/<metric>`` gives one row per task, the task being ``<name>``; any other run one row."""
+    from sfx_tb.table import final_values, split_task_tag
 
-    finals = final_values(df, metric, last_frac)
-    if finals.empty:
+    by_name = {e.name: e for e in experiments}
+    methods = assign_methods(experiments, method_by)
+    rows: list[dict] = []
+
+    def add(name: str, policy: int, task: str, value: float) -> None:
+        exp = by_name[name]
+        rows.append({"method": methods[name], "task": task, "experiment": name, "policy": int(policy),
+                     "seed": exp.seed, "score": float(value)})
+
+    per_task_runs = set()
+    for tag in sorted(df["tag"].unique()):
+        parts = split_task_tag(tag)
+        if parts is None or parts[1] != metric:
+            continue
+        for (name, policy), value in final_values(df, tag, last_frac).items():
+            per_task_runs.add((name, policy))
+            add(name, policy, parts[0], value)
+    for (name, policy), value in final_values(df, metric, last_frac).items():
+        if (name, policy) not in per_task_runs:
+            add(name, policy, task_of(by_name[name]), value)
+    if not rows:
         tags = sorted(df["tag"].unique())
         raise TbError(f"--metric {metric!r}: no such scalar in the selected experiments; their scalars include: "
                       f"{', '.join(tags[:12])}")
-    by_name = {e.name: e for e in experiments}
-    methods = assign_methods(experiments, method_by)
-    rows = []
-    for (name, policy), value in finals.items():
-        exp = by_name[name]
-        rows.append({"method": methods[name], "task": task_of(exp), "experiment": name, "policy": int(policy),
-                     "seed": exp.seed, "score": float(value)})
     return _frame(rows)
 
 

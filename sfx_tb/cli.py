@@ -290,7 +290,8 @@ def _aggregate_scores(args: argparse.Namespace, normalizer: Any, normalizer_name
         if len(metrics) > 1 or any(c in metrics[0] for c in "*?["):
             raise TbError(f"--metric {', '.join(metrics)}: aggregates take one scalar; allowed: one tag, e.g. reward")
         last_frac = check_last_frac(DEFAULT_LAST_FRAC if args.last_frac is None else args.last_frac)
-        df = load_scalars(args.patterns, args.dir, metrics=metrics, policy=args.policy)
+        # every tag: multi-task runs score each task by its task/<name>/<metric> scalars
+        df = load_scalars(args.patterns, args.dir, policy=args.policy)
         if df.empty:
             raise TbError(f"the selected experiments have no {metrics[0]!r} scalars yet (no event files under their "
                           f".summary/ folders)")

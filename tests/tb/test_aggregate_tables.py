@@ -205,3 +205,31 @@ def test_evaluate_runs_sfx_enjoy_per_experiment_then_the_aggregate(train_root, t
         assert Path(doc["checkpoint"]).is_file() and doc["env_steps"] > 0
     assert "evaluation return: 2 method(s), 1 task(s), 4 run(s)" in out
     assert "| sweep [learning_rate=0.001] | 1 | 2 |" in out
+
+
+def test_multi_task_trainings_score_each_task(tmp_path, capsys):
+    """Runs of --env=multitask log task/<name>/reward: each task is a task of the aggregate, normalised by its own
+    baselines (event files written here, as in test_per_task_table)."""
+    from tests.tb.test_per_task_table import write_events
+
+    hns = {1: {"atari_pong": 0.5, "atari_breakout": 1.5}, 2: {"atari_pong": 0.25, "atari_breakout": 1.0}}
+    for seed, tasks in hns.items():
+        folder = tmp_path / "mt" / f"multi_seed={seed}"
+        (folder / ".summary").mkdir(parents=True)
+        (folder / "cfg.json").write_text(json.dumps({"env": "multitask", "seed": seed, "explicit_args": ["env", "seed"]}))
+        points = [("reward", 100, 0.0)]
+        for task, h in tasks.items():
+            base = PONG if task == "atari_pong" else BREAKOUT
+            points += [(f"task/{task}/reward", 100, base[0]), (f"task/{task}/reward", 200, _raw(base, h))]
+        write_events(folder / ".summary" / "0", points)
+    assert sfx_tb_main(["table", "mt", "--dir", str(tmp_path), "--aggregate", "--last_frac", "0.5",
+                        "--reps", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "2 task(s), 4 run(s)" in out
+    row = next(line for line in out.splitlines() if line.startswith("| mt |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # scores 0.25 0.5 1.0 1.5 -> IQM (0.5 + 1.0) / 2 (float32 event values: 3 digits); mean 0.8125
+    assert float(cells[3].split()[0]) == pytest.approx(0.75, abs=2e-3)
+    assert float(cells[4].split()[0]) == pytest.approx(0.8125, abs=2e-3)
+    # optimality gap: (0.5 + 0.75 + 0 + 0) / 4
+    assert float(cells[6].split()[0]) == pytest.approx(0.3125, abs=2e-3)
