@@ -120,6 +120,23 @@ class Batch:
         return int(self.valids.shape[0])
 
 
+@dataclass
+class Stepped:
+    """What a step returns when it measured new priorities for the samples it trained on: the learner shell
+    hands ``priorities`` back through its sample source (``source.update_priorities(ids, priorities)``), so
+    an agent never reaches into its store. A step with no priorities returns its ``stats`` dict alone.
+
+    Attributes:
+        stats: named statistics, as a plain step returns them.
+        ids: ``[k]`` int64, the trained samples' ids in their source (a minibatch's ``ids``).
+        priorities: ``[k]``, their new priorities.
+    """
+
+    stats: dict[str, float]
+    ids: torch.Tensor
+    priorities: torch.Tensor
+
+
 class NonFiniteBatch(Exception):
     """A minibatch whose ``where`` (targets, loss or gradients) is not finite: the step applied nothing
     from it. The learner counts it and stops the run after ``--max_nan_batches`` in a row."""
@@ -220,15 +237,18 @@ class Agent:
     def sample_source(self, fresh: Any) -> Any:
         """Where this agent's batches come from: ``fresh`` (the engine's
         :class:`~sfx.engine.sample_source.FreshTrajectories`), or a replay store built around it
-        (``add`` / ``ready`` / ``next_batch`` / ``update_priorities``, see that module)."""
+        (``add`` / ``ready`` / ``next_batch`` / ``update_priorities``, see that module; the kit's base:
+        :class:`sfx.agents.replay_store.ReplayStore`)."""
         return fresh
 
     def minibatches(self, batch: Batch) -> Iterable[tuple[dict[str, Any], torch.Tensor]]:
         """The (minibatch, valids) pairs one iteration trains on, in order."""
         raise NotImplementedError
 
-    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
-        """One optimizer step on a minibatch -> named statistics (``loss/<term>`` ...).
+    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float] | Stepped:
+        """One optimizer step on a minibatch -> named statistics (``loss/<term>`` ...), or a :class:`Stepped`
+        with the new priorities of the minibatch's samples (a prioritized replay: the learner gives them back
+        to the sample source).
 
         Raises:
             NonFiniteBatch: nothing was applied.

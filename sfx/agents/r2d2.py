@@ -15,7 +15,8 @@ trained steps, n-step double-Q targets with value rescaling on the rewards scale
 (``--reward_scale``, ``--reward_clip``) (:mod:`sfx.algo.qlearning`; terminations cut
 the bootstrap, truncations bootstrap from the final observation's stored value), the importance-weighted
 squared TD loss summed over each sequence's steps, Adam with gradient clipping, new priorities
-``0.9 max|delta| + 0.1 mean|delta|`` back to the replay, and the target network copied every
+``0.9 max|delta| + 0.1 mean|delta|`` returned by the step (the learner gives them back to the replay, its sample
+source), and the target network copied every
 ``--target_update_period`` steps. Names and defaults follow SEED RL's R2D2 where it has them (README).
 """
 
@@ -27,7 +28,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec
+from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, Stepped
 from sfx.agents.kit import TargetNetwork, gradient_step
 from sfx.algo.qlearning import (actor_epsilons, double_q_targets, r2d2_loss, scale_rewards, sequence_priorities,
                                 td_errors)
@@ -220,7 +221,7 @@ class R2D2(Agent):
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
         return self.store.minibatches(self.store.due(), lambda: self.sequences_per_minibatch(self.cfg))
 
-    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
+    def step(self, mb: dict[str, Any], valids: torch.Tensor) -> Stepped:
         cfg, model, target = self.cfg, self.model, self.target.net
         Bn = cfg.burn_in
         n, L = mb["rewards"].shape
@@ -254,8 +255,8 @@ class R2D2(Agent):
         td = td_errors(q_taken, targets.targets)
         loss = r2d2_loss(td, valids, mb["weights"])
         grad_norm = gradient_step(loss.loss, self.optimizer, model.parameters(), max_grad_norm=cfg.max_grad_norm)
-        priorities = sequence_priorities(loss.td_abs, valids, cfg.priority_eta)
-        self.store.update_priorities(mb["ids"], priorities)
+        # handed back to the replay by the learner shell, through its sample source
+        priorities = sequence_priorities(loss.td_abs, valids, cfg.priority_eta).detach()
         self.updates += 1
         if self.updates % cfg.target_update_period == 0:
             self.target.hard_update(model)
@@ -269,7 +270,7 @@ class R2D2(Agent):
                  "importance_weight_min": float(mb["weights"].min()),
                  "replay/age_mean": float(mb["age"].mean()), "replay/age_max": float(mb["age"].max()),
                  "burn_in_fraction": float(mb["has_prefix"].float().mean())}
-        return stats
+        return Stepped(stats, mb["ids"], priorities)
 
     def end_iteration(self, batch: Batch) -> None:
         super().end_iteration(batch)

@@ -101,6 +101,11 @@ class ReplayMix(ReplayStore):
         self.features = features
         self.queue = next((i for i, s in enumerate(self.specs) if s.type == "queue"), None)
         self.rings = {i: TrajectoryRing(s.capacity) for i, s in enumerate(self.specs) if s.type != "queue"}
+        # a stored trajectory's id (Batch.ids): its row counted over the buffers in their order
+        self.id_offsets, offset = {}, 0
+        for i, ring in self.rings.items():
+            self.id_offsets[i] = offset
+            offset += ring.capacity
         self.samples = {i: 0 for i in self.rings}  # samples drawn per custom buffer (lambda annealing)
         self.last_row = {i: -1 for i in self.rings}  # the newest trajectory's row (attentive sampling's reference)
         fresh.per_iteration = self._fresh_per_iteration
@@ -122,12 +127,13 @@ class ReplayMix(ReplayStore):
         buffer's replayed share (sampled before this batch's insert)."""
         policy_version = self.version
         counts = self._composition()
-        parts, valids, ages, fresh_flags, stats = [], [], [], [], {}
+        parts, valids, ages, fresh_flags, ids, stats = [], [], [], [], [], {}
         if self.queue is not None:
             parts.append(fresh.data)
             valids.append(fresh.valids)
             ages.append(fresh.age)
             fresh_flags.append(fresh.fresh)
+            ids.append(fresh.ids)
         for i, ring in self.rings.items():
             want = counts[i]
             if want > 0 and ring.size > 0:
@@ -138,19 +144,19 @@ class ReplayMix(ReplayStore):
                 valids.append(data["active"].clone())  # replayed samples: exempt from --max_policy_lag
                 ages.append(age)
                 fresh_flags.append(torch.zeros(len(rows), dtype=torch.bool, device=self.device))
+                ids.append((rows + self.id_offsets[i]).to(self.device))
                 stats[f"replay/{i}_{self.specs[i].type}/samples"] = float(len(rows))
                 stats[f"replay/{i}_{self.specs[i].type}/age_mean"] = float(age.mean())
                 stats[f"replay/{i}_{self.specs[i].type}/age_max"] = float(age.max())
             self._insert(i, ring, fresh.data)
             stats[f"replay/{i}_{self.specs[i].type}/fill"] = ring.size / ring.capacity
         if not parts:  # no queue and the buffers were empty: this first batch trains on the fresh ones
-            parts, valids, ages, fresh_flags = [fresh.data], [fresh.valids], [fresh.age], [fresh.fresh]
+            parts, valids, ages, fresh_flags, ids = [fresh.data], [fresh.valids], [fresh.age], [fresh.fresh], [fresh.ids]
         n = sum(len(f) for f in fresh_flags)
         trained_fresh = int(sum(int(f.sum()) for f in fresh_flags))
         stats["replay/fresh_share"] = trained_fresh / max(1, n)
         return Batch(data=_cat(parts), valids=torch.cat(valids), fresh=torch.cat(fresh_flags), age=torch.cat(ages),
-                     env_steps=fresh.env_steps, ids=torch.full((n,), -1, dtype=torch.long, device=self.device),
-                     stats=stats)
+                     env_steps=fresh.env_steps, ids=torch.cat([i.to(self.device, torch.long) for i in ids]), stats=stats)
 
     # ------------------------------------------------------------------------------------------ per buffer
 

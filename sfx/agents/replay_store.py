@@ -156,7 +156,8 @@ class ReplayStore(ReplayRing):
         raise NotImplementedError
 
     def minibatches(self, count: int, size: int | Callable[[], int]) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
-        """``count`` minibatches of ``size`` samples, drawn one at a time (each after the previous step: it sees
-        the priorities that step gave back); ``size`` may be a callable asked anew (PBT may change it)."""
+        """``count`` minibatches of ``size`` samples, drawn one at a time as the learner asks (it looks one ahead
+        to know the last: a minibatch sees the priorities given back by every step but the one just before it,
+        as SEED RL's prefetched sampling does); ``size`` may be a callable asked anew (PBT may change it)."""
         for _ in range(count):
             yield self.sample(size() if callable(size) else size)

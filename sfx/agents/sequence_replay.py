@@ -102,7 +102,7 @@ class PrioritizedSequences(ReplayStore):
         priorities = acting_priorities(rewards, data["terminated"], data["truncated"], data["q_taken"],
                                        data["q_max"], data["trunc_q"], valids, self.gamma, self.n_step,
                                        self.rescale_eps, self.eta)
-        self._insert(data, priorities.cpu())
+        ids = self._insert(data, priorities.cpu())
         self.earn(valids.shape[0] * T)
         batch.stats.update({"replay/fill": self.size / self.capacity, "replay/inserted": float(self.inserted),
                             "replay/initial_priority_mean": float(priorities.mean())})
@@ -110,7 +110,8 @@ class PrioritizedSequences(ReplayStore):
         if eps is not None:
             batch.stats.update({"epsilon/min": float(eps.min()), "epsilon/max": float(eps.max()),
                                 "epsilon/mean": float(eps.float().mean())})
-        return dataclasses.replace(batch, valids=valids)  # every active step (R2D2 replays past any policy lag)
+        # every active step (R2D2 replays past any policy lag); ids: the rows the trajectories were stored at
+        return dataclasses.replace(batch, valids=valids, ids=ids.to(batch.ids.device))
 
     def due(self) -> int:
         """Minibatches the replay ratio asks for now (the credit they use is spent); 0 until the buffer holds
@@ -148,10 +149,11 @@ class PrioritizedSequences(ReplayStore):
     def _trained_len(self) -> int:
         return int(self.data["rewards"].shape[1]) - self.burn_in if self.data is not None else 1
 
-    def _insert(self, data: dict[str, Any], priorities: torch.Tensor) -> None:
+    def _insert(self, data: dict[str, Any], priorities: torch.Tensor) -> torch.Tensor:
         """Write the fresh trajectories into the ring's next rows: each one after its burn-in prefix (the last
         ``burn_in`` steps of the same actor's previous trajectory, when this one continues it), straight into
-        the stored tensors (no intermediate copies: insertion must not stall the learner)."""
+        the stored tensors (no intermediate copies: insertion must not stall the learner). Returns ``[n]`` each
+        trajectory's row (-1: more than the ring holds, not kept)."""
         B = self.burn_in
         if self.data is None:
             self._allocate(data)
@@ -176,6 +178,7 @@ class PrioritizedSequences(ReplayStore):
                 self.tails[actor] = (data, j)  # the batch's own copy out of the slots: kept, never cloned
         self.sampler.update(rows, priorities[first:].double().clamp(min=1e-6))
         self.inserted += len(rows)
+        return torch.cat([torch.full((first,), -1, dtype=torch.long), rows])
 
     def _prefix(self, data: dict[str, Any], j: int, row: int) -> None:
         """Ring row ``row`` (trajectory ``j`` of ``data``) gets the last ``burn_in`` steps of its actor's previous

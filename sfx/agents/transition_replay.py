@@ -112,7 +112,7 @@ class TransitionReplay(ReplayStore):
         observations for the input statistics); the agent draws :meth:`due` minibatches with :meth:`sample`."""
         data = batch.data
         new = int(data["active"].sum())
-        self._insert(data)
+        ids = self._insert(data)
         self.inserted += new
         if self.inserted >= max(1, self.learning_starts) and self.valid_count > 0:
             self.earn(new)
@@ -120,8 +120,9 @@ class TransitionReplay(ReplayStore):
         batch.stats.update(self.stats())
         # off-policy: every active fresh step is stored and counts (--max_policy_lag does not apply; a high replay
         # ratio makes fresh samples many learner steps old), e.g. for the input statistics
+        # ids: the rows the trajectories were stored at
         return Batch(data=data, valids=data["active"], fresh=batch.fresh, age=batch.age, env_steps=batch.env_steps,
-                     ids=batch.ids, stats=batch.stats)
+                     ids=ids.to(batch.ids.device), stats=batch.stats)
 
     def due(self, samples_per_minibatch: int) -> int:
         """Gradient steps (minibatches of ``samples_per_minibatch``) the replay ratio asks for now (spent)."""
@@ -177,7 +178,8 @@ class TransitionReplay(ReplayStore):
 
     # ------------------------------------------------------------------------------------ insertion
 
-    def _insert(self, data: dict[str, Any]) -> None:
+    def _insert(self, data: dict[str, Any]) -> torch.Tensor:
+        """The trajectories into the ring's next rows -> ``[n]`` each one's row (-1: not kept)."""
         cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else {kk: vv.cpu() for kk, vv in v.items()})
                for k, v in data.items() if k in (*STEP_FIELDS, "obs", "final_obs")}
         T = cpu["rewards"].shape[1]
@@ -229,6 +231,7 @@ class TransitionReplay(ReplayStore):
                 d["final_index"][row, t] = f
                 d["final_owner"][f] = torch.tensor([row, t])
                 self.final_next = (f + 1) % F
+        return torch.cat([torch.full((first,), -1, dtype=torch.long), rows])
 
     def _allocate(self, cpu: dict[str, Any]) -> None:
         T = cpu["rewards"].shape[1]

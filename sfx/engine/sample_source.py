@@ -6,7 +6,9 @@ at once (rollouts never wait for the optimizer), and samples past ``--max_policy
 
 A replay store is a source too: it wraps a fresh source, keeps the copies :meth:`FreshTrajectories.next_batch`
 already makes (``Batch.data``), samples stored trajectories by a rule, mixes them into the batch (``fresh``
-False, their ``age`` kept) and takes the agent's priority updates back after a step (``update_priorities``).
+False, their ``age`` kept; ``Batch.ids`` where each is stored) and takes the priorities an agent's step returns
+(:class:`~sfx.agents.base.Stepped`) back from the learner shell (``update_priorities``). The agents' stores
+extend :class:`sfx.agents.replay_store.ReplayStore`.
 Env-step counters count fresh samples only (``Batch.env_steps``).
 """
 
@@ -34,7 +36,8 @@ class SampleSource(Protocol):
         """The next iteration's samples; ``policy_version``: the learner's current version (for ages)."""
 
     def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
-        """Priorities of stored trajectories after a step (a prioritized store; others ignore them)."""
+        """Priorities of stored samples (``ids``: the minibatch's) after a step, handed back by the learner
+        shell (a prioritized store; others ignore them)."""
 
 
 class FreshTrajectories:
@@ -95,4 +98,4 @@ class FreshTrajectories:
                      ids=torch.full((n,), -1, dtype=torch.long, device=self.device))
 
     def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
-        pass
+        pass  # nothing kept: fresh trajectories are trained once

@@ -240,3 +240,53 @@ def test_the_exported_graph_gives_the_greedy_action_and_the_q_values(tmp_path):
         ref = model.forward_step(obs, h)
     assert torch.equal(torch.from_numpy(got["actions"])[:, 0], ref["q_values"].argmax(dim=1))
     assert torch.allclose(torch.from_numpy(got["q_values"]), ref["q_values"], atol=1e-5)
+
+
+class _Published:
+    def publish(self, model, version):
+        pass
+
+
+class _Reports(list):
+    put = list.append
+
+
+class _SpiedSequences(PrioritizedSequences):
+    """The real store, recording the priority updates it is given."""
+
+    def update_priorities(self, ids, priorities):
+        self.given = getattr(self, "given", []) + [(ids.clone(), priorities.clone())]
+        super().update_priorities(ids, priorities)
+
+
+def test_the_step_returns_the_new_priorities_and_the_learner_gives_them_back_through_its_sample_source():
+    from sfx.agents import Stepped
+    from sfx.engine.learner import Learner
+
+    cfg = _cfg("/tmp", hidden_size=8, rollout=8, recurrence=8, burn_in=4, batch_size=16, replay_ratio=1.0,
+               replay_buffer_min_size=2)
+    model = QNetwork(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(2))
+    trajs = _acted_trajectories(model, steps=32, T=8, actors=2)
+    learner = Learner(cfg, 0, R2D2, model, None, _Published(), None, _Reports(), torch.device("cpu"))
+    agent = learner.agent
+    store = _SpiedSequences(ListedFresh(trajs), 50, 4, 2, 1.0, lambda: 2, 0.9, 0.6, 0.9, 0.99, 5, 1e-3,
+                            torch.device("cpu"), seed=0)
+    learner.source = agent.store = store
+    # the step alone leaves the store's priorities as they were: it returns the new ones
+    store.next_batch(0)
+    store.next_batch(0)
+    before = store.sampler.get(torch.arange(store.size)).clone()
+    mb, valids = store.sample(2)
+    out = agent.step(mb, valids)
+    assert isinstance(out, Stepped) and torch.equal(out.ids, mb["ids"]) and out.priorities.shape == (2,)
+    assert torch.equal(store.sampler.get(torch.arange(store.size)), before) and not hasattr(store, "given")
+    # the learner's iteration hands each step's priorities back through its source
+    for _ in range(2):
+        learner.train_iteration()
+    assert len(store.given) == learner.train_step >= 2
+    for ids, priorities in store.given[-1:]:
+        assert torch.allclose(store.sampler.get(ids), priorities.double())
+    # the batch handed on says where each fresh trajectory was stored
+    batch = PrioritizedSequences(ListedFresh(trajs[:1]), 50, 4, 2, 1.0, lambda: 2, 0.9, 0.6, 0.9, 0.99, 5, 1e-3,
+                                 torch.device("cpu"), seed=0).next_batch(0)
+    assert batch.ids.tolist() == [0, 1]

@@ -56,6 +56,7 @@ def test_each_batch_mixes_fresh_and_replayed_and_counts_fresh_only():
     assert first.num_trajectories == 4 and bool(first.fresh.all())  # nothing stored yet: fresh only
     seen = set()
     for version in range(11, 30):
+        held = mix.rings[1].data["rewards"][:, 0].clone()  # before this batch's insert
         b = mix.next_batch(version)
         assert b.num_trajectories == 8 and int(b.fresh.sum()) == 4
         assert b.env_steps == 4 * 4  # the fresh ones only
@@ -66,6 +67,8 @@ def test_each_batch_mixes_fresh_and_replayed_and_counts_fresh_only():
         assert bool(((replayed_ids <= newest_before) & (replayed_ids > newest_before - 6)).all())
         assert not bool(b.valids[b.fresh].any()) and bool(b.valids[~b.fresh].all())
         assert torch.equal(b.age[~b.fresh], (version - b.data["policy_versions"][~b.fresh]).float())
+        # ids: -1 for the fresh ones, a replayed one's row in its buffer (what it held there when drawn)
+        assert bool((b.ids[b.fresh] == -1).all()) and torch.equal(held[b.ids[~b.fresh]], replayed_ids)
         assert b.stats["replay/fresh_share"] == 0.5 and b.stats["replay/1_standard/fill"] == 1.0
         seen |= {int(x) for x in replayed_ids}
     assert mix.rings[1].data["rewards"].shape[0] == 6  # the buffer holds its capacity, no more

@@ -52,7 +52,7 @@ def _r2d2_after_one_step(trajs, **flags):
     for _ in trajs:
         store.next_batch(0)
     priorities = store.sampler.get(torch.arange(store.size))
-    stats = agent.step(*store.sample(2, 0))
+    stats = agent.step(*store.sample(2, 0)).stats
     return stats, priorities, model
 
 
