@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from sfx.agents import Agent, NonFiniteBatch
+from sfx.agents import Agent, NonFiniteBatch, Stepped
 from sfx.engine import perf
 from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
@@ -340,6 +340,9 @@ class Learner(Component):
         except NonFiniteBatch as e:
             self._skip_not_finite(mb, e.where)
             return None
+        if isinstance(stats, Stepped):  # new priorities of the trained samples: back to the source that drew them
+            self.source.update_priorities(stats.ids, stats.priorities)
+            stats = stats.stats
         self.consecutive_nan_batches = 0
         self.train_step += 1
         if publish:
