@@ -1,5 +1,5 @@
 """Throughput side by side, in one run on one doom scenario: the raw env limit, sfx's dummy sampler,
-sfx training and Sample Factory 2.1.1 training, plus a pipeline-overhead pair on CartPole.
+sfx training and Sample Factory 2.1.1 training, plus a pipeline-overhead trio (a negligible model).
 
     python -m bench.throughput [--seconds=60] [--env=doom_basic] [--device=cpu|gpu] [--episode_len=N]
                                [--sfx_row NAME="--flag=value ..."]... [--only KEY]... [--scaling] [--tiny]
@@ -28,15 +28,17 @@ each row (for ``--only`` and in throughput.json) in brackets:
    from its own venv ``bench/sf_venv`` (``bash bench/setup_sample_factory.sh`` makes it; without
    it this row is reported as skipped);
 7. pipeline overhead [overhead = overhead_sampler, overhead_sfx, overhead_sf]: the dummy sampler and
-   both trainings on CartPole-v1 with a model of negligible compute: two fully connected layers of
-   8 units, no RNN (``--hidden_size=8`` in sfx, ``--encoder_mlp_layers 8 8`` in Sample Factory: the
-   same network), GAE (Sample Factory's default), rollout 32, the same workers, envs and batch. Each
-   training's FPS over the sampler's is what the pipeline (inference requests, trajectories, the
-   learner's batches, weight updates, the collection gate) costs: the model's compute is nil and
-   CartPole's step is microseconds. CartPole because both frameworks ship it (Sample Factory's
-   ``sf_examples.train_gym_env`` registers exactly CartPole-v1), it runs on any CPU without VizDoom,
-   and only on a vector observation can both use an MLP: Sample Factory puts its conv encoder on
-   every image, whose compute on a 2-core CPU is the learner's bottleneck, not the pipeline;
+   both trainings on the same doom scenario and settings with a model of negligible compute: each
+   channel averaged over a 2 x 2 grid, one 16-unit layer, no RNN (``bench/negligible_model.py`` for sfx,
+   ``bench/sf_negligible_model.py``, the same network through Sample Factory's encoder API), GAE
+   (Sample Factory's default), rollout 32. Each training's FPS over the sampler's is what the pipeline
+   (inference requests, trajectories, the learner's batches, weight updates, the collection gate)
+   costs where the env is a real one and the model costs nothing: on a 2-core CPU both frameworks'
+   default conv encoder would make the learner the bottleneck, not the pipeline;
+   ipc floor [ipc = ipc_sampler, ipc_sfx, ipc_sf, only with ``--only ipc``]: the same trio on
+   CartPole-v1 (a 7 us step) with two 8-unit layers (``--hidden_size=8`` / ``--encoder_mlp_layers 8 8``):
+   the env costs nothing either, so the ratio is the cost of a message round trip per step against
+   none, which no pipeline that runs inference in another process can bring near 1 on 2 cores;
 8. ratios: sampler / raw, sfx / Sample Factory (and sampler / raw with as many envs per process), at
    N-step episodes sampler / raw and each training / sampler, and the pipeline-overhead ratios.
 
@@ -103,14 +105,23 @@ SF_STATS = {"policy_lag": re.compile(r"Policy #0 lag: \(min: [-\d.]+, avg: ([-\d
 # a training that shows no consumed frame by then is reported as failed
 STARTUP_LIMIT_SEC = 420.0
 
-# the pipeline-overhead rows: CartPole-v1, the smallest model both frameworks build the same way
-OVERHEAD_SFX_ENV = "gym_CartPole-v1"
-OVERHEAD_SF_ENV = "CartPole-v1"
-OVERHEAD_WIDTH = 8
+# the pipeline-overhead rows: the doom scenario, the same negligible-compute network in both frameworks
+# (bench/negligible_model.py for sfx, bench/sf_negligible_model.py for Sample Factory)
+OVERHEAD_SFX_MODULE = "bench.negligible_model"
+OVERHEAD_SF_MODULE = "bench.sf_negligible_model"
+OVERHEAD_ENCODER = "bench_pooled"  # bench.negligible_model.ENCODER_NAME (not imported: it imports torch)
+OVERHEAD_WIDTH = 16  # bench.negligible_model.WIDTH
+# the message-passing floor rows: CartPole-v1 (a 7 us step), the smallest model both frameworks build alike
+IPC_SFX_ENV = "gym_CartPole-v1"
+IPC_SF_ENV = "CartPole-v1"
+IPC_WIDTH = 8
 
 FIXED_KEYS = ("raw", "raw_many", "sampler", "raw_len", "sampler_len", "sfx", "sf",
-              "overhead_sampler", "overhead_sfx", "overhead_sf")
-ONLY_GROUPS = {"overhead": ("overhead_sampler", "overhead_sfx", "overhead_sf")}
+              "overhead_sampler", "overhead_sfx", "overhead_sf", "ipc_sampler", "ipc_sfx", "ipc_sf")
+ONLY_GROUPS = {"overhead": ("overhead_sampler", "overhead_sfx", "overhead_sf"),
+               "ipc": ("ipc_sampler", "ipc_sfx", "ipc_sf")}
+# measured only when asked for (--only)
+OPT_IN_KEYS = {"raw_len", "sampler_len", "ipc_sampler", "ipc_sfx", "ipc_sf"}
 ROW_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
 
@@ -162,7 +173,8 @@ def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--raw_processes", type=int, default=0, help="raw limit's processes; 0 = one per CPU core")
     p.add_argument("--raw_envs_per_process", type=int, default=1, help=argparse.SUPPRESS)  # set per row
     p.add_argument("--only", action="append", metavar="KEY",
-                   help=f"measure only this row (repeatable): {', '.join(FIXED_KEYS)}, overhead (its three rows), "
+                   help=f"measure only this row (repeatable): {', '.join(FIXED_KEYS)}, overhead or ipc (their three "
+                        f"rows; ipc rows only when asked for), "
                         f"rows (every --sfx_row) or a --sfx_row NAME")
     p.add_argument("--skip_sf", action="store_true", help="leave Sample Factory out")
     p.add_argument("--sf_python", default=str(SF_VENV / "bin" / "python"),
@@ -210,7 +222,7 @@ def wanted_keys(args: argparse.Namespace) -> list[str]:
     """The rows to measure, in measuring order (every row of the table; the others are 'not selected')."""
     every = [*FIXED_KEYS[:6], *args.rows, *FIXED_KEYS[6:]]
     if not args.only:
-        chosen = set(every) - ({"raw_len", "sampler_len"} if not args.episode_len else set())
+        chosen = set(every) - OPT_IN_KEYS | ({"raw_len", "sampler_len"} if args.episode_len else set())
     else:
         chosen = set()
         for key in args.only:
@@ -228,7 +240,7 @@ def wanted_keys(args: argparse.Namespace) -> list[str]:
         if {"raw_len", "sampler_len"} & chosen and not args.episode_len:
             raise BenchArgError("--only=raw_len / sampler_len need --episode_len=N (agent steps per episode)")
     if args.skip_sf:
-        chosen -= {"sf", "overhead_sf"}
+        chosen -= {"sf", "overhead_sf", "ipc_sf"}
     return [k for k in every if k in chosen]
 
 
@@ -475,7 +487,13 @@ def training_flags(args: argparse.Namespace, device: str = "cpu") -> list[str]:
 
 
 def overhead_flags(args: argparse.Namespace) -> list[str]:
-    """Settings both pipeline-overhead trainings share: CartPole, no RNN, GAE, the bench's workers/envs/batch."""
+    """Settings both pipeline-overhead trainings share: the doom scenario's, no RNN, GAE, the bench's
+    workers/envs/batch (the negligible-compute encoder is each framework's own spelling of one network)."""
+    return [*env_flags(args), *ipc_flags(args)]
+
+
+def ipc_flags(args: argparse.Namespace) -> list[str]:
+    """Settings both message-passing-floor trainings share (without the env): no RNN, GAE, workers/envs/batch."""
     return [f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs_per_worker}",
             "--worker_num_splits=2", "--rollout=32", "--recurrence=1", f"--batch_size={args.batch_size}",
             "--use_rnn=False", "--with_vtrace=False", *run_flags(args.device)]
@@ -518,7 +536,8 @@ def sf_training(args: argparse.Namespace, workdir: Path) -> Training:
 
 
 def overhead_sfx_training(args: argparse.Namespace, workdir: Path) -> Training:
-    cmd = [sys.executable, "-m", "sfx.train", f"--env={OVERHEAD_SFX_ENV}", *overhead_flags(args),
+    # run as the main module: sfx's worker processes import it again and register its encoder
+    cmd = [sys.executable, "-m", OVERHEAD_SFX_MODULE, *overhead_flags(args), f"--encoder_type={OVERHEAD_ENCODER}",
            f"--hidden_size={OVERHEAD_WIDTH}", f"--train_dir={workdir / 'train_dir'}", "--experiment=bench_overhead",
            "--report_every_sec=5"]
     return Training("overhead_sfx", cmd, SFX_COUNTER, child_env(), SFX_STATS)
@@ -526,18 +545,40 @@ def overhead_sfx_training(args: argparse.Namespace, workdir: Path) -> Training:
 
 def overhead_sf_training(args: argparse.Namespace, workdir: Path) -> Training:
     train_dir = workdir / "sf_train_dir"
-    cmd = [args.sf_python, "-m", "sf_examples.train_gym_env", f"--env={OVERHEAD_SF_ENV}", *overhead_flags(args),
-           "--encoder_mlp_layers", str(OVERHEAD_WIDTH), str(OVERHEAD_WIDTH), f"--train_dir={train_dir}",
+    cmd = [args.sf_python, "-m", OVERHEAD_SF_MODULE, *overhead_flags(args), f"--train_dir={train_dir}",
            "--experiment=bench_overhead", "--with_wandb=False"]
-    return Training("overhead_sf", cmd, SF_COUNTER, sf_env(), SF_STATS,
-                    sf_episode_len(train_dir / "bench_overhead", 1))
+    env = {**sf_env(), "PYTHONPATH": str(REPO_ROOT)}  # bench/ only: nothing of sfx is importable there
+    return Training("overhead_sf", cmd, SF_COUNTER, env, SF_STATS, sf_episode_len(train_dir / "bench_overhead", 4))
 
 
 def overhead_sampler_flags(args: argparse.Namespace) -> list[str]:
-    """The dummy sampler on the overhead trainings' env and settings (its slots sized by the same model)."""
-    return [f"--env={OVERHEAD_SFX_ENV}", f"--num_workers={args.num_workers}",
+    """The dummy sampler on the overhead trainings' env and settings (its slots sized like theirs)."""
+    return [*env_flags(args), f"--num_workers={args.num_workers}",
             f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2", "--rollout=32",
             f"--batch_size={args.batch_size}", "--use_rnn=False", f"--hidden_size={OVERHEAD_WIDTH}",
+            "--set_workers_cpu_affinity=True"]
+
+
+def ipc_sfx_training(args: argparse.Namespace, workdir: Path) -> Training:
+    cmd = [sys.executable, "-m", "sfx.train", f"--env={IPC_SFX_ENV}", *ipc_flags(args),
+           f"--hidden_size={IPC_WIDTH}", f"--train_dir={workdir / 'train_dir'}", "--experiment=bench_ipc",
+           "--report_every_sec=5"]
+    return Training("ipc_sfx", cmd, SFX_COUNTER, child_env(), SFX_STATS)
+
+
+def ipc_sf_training(args: argparse.Namespace, workdir: Path) -> Training:
+    train_dir = workdir / "sf_train_dir"
+    cmd = [args.sf_python, "-m", "sf_examples.train_gym_env", f"--env={IPC_SF_ENV}", *ipc_flags(args),
+           "--encoder_mlp_layers", str(IPC_WIDTH), str(IPC_WIDTH), f"--train_dir={train_dir}",
+           "--experiment=bench_ipc", "--with_wandb=False"]
+    return Training("ipc_sf", cmd, SF_COUNTER, sf_env(), SF_STATS, sf_episode_len(train_dir / "bench_ipc", 1))
+
+
+def ipc_sampler_flags(args: argparse.Namespace) -> list[str]:
+    """The dummy sampler on CartPole with the ipc trainings' settings."""
+    return [f"--env={IPC_SFX_ENV}", f"--num_workers={args.num_workers}",
+            f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2", "--rollout=32",
+            f"--batch_size={args.batch_size}", "--use_rnn=False", f"--hidden_size={IPC_WIDTH}",
             "--set_workers_cpu_affinity=True"]
 
 
@@ -593,7 +634,7 @@ def _bar_color(key: str) -> str:
         return "#888888"
     if "sampler" in key:
         return "#bbbbbb"
-    if key in ("sf", "overhead_sf"):
+    if key in ("sf", "overhead_sf", "ipc_sf"):
         return "#55a868"
     return "#4c72b0"  # sfx trainings, the named rows included
 
@@ -651,7 +692,9 @@ def compute_ratios(results: dict[str, dict], row_names: list[str]) -> dict[str, 
            "sampler_over_raw_many_envs": ratio(fps["sampler"], fps["raw_many"]),
            "sampler_len_over_raw_len": ratio(fps["sampler_len"], fps["raw_len"]),
            "overhead_sfx": ratio(fps["overhead_sfx"], fps["overhead_sampler"]),
-           "overhead_sf": ratio(fps["overhead_sf"], fps["overhead_sampler"])}
+           "overhead_sf": ratio(fps["overhead_sf"], fps["overhead_sampler"]),
+           "ipc_sfx": ratio(fps.get("ipc_sfx", nan), fps.get("ipc_sampler", nan)),
+           "ipc_sf": ratio(fps.get("ipc_sf", nan), fps.get("ipc_sampler", nan))}
     for key in ["sfx", *row_names, "sf"]:
         out[f"{key}_over_sampler_len"] = ratio(fps.get(key, nan), fps["sampler_len"])
     for name in row_names:
@@ -675,8 +718,11 @@ def format_ratios(r: dict[str, float], args: argparse.Namespace) -> str:
     if args.rows:
         lines.append("named rows: " + "; ".join(f"{n} / sfx = {f(r[f'{n}_over_sfx'])}, / Sample Factory = "
                                                 f"{f(r[f'{n}_over_sample_factory'])}" for n in args.rows))
-    lines.append(f"pipeline overhead (training / sampler, CartPole, {OVERHEAD_WIDTH}-unit MLP): "
+    lines.append(f"pipeline overhead (training / sampler, {args.env}, negligible-compute model): "
                  f"sfx {f(r['overhead_sfx'])} (target >= 0.85), Sample Factory 2.1.1 {f(r['overhead_sf'])}")
+    if r["ipc_sfx"] == r["ipc_sfx"] or r["ipc_sf"] == r["ipc_sf"]:
+        lines.append(f"message-passing floor (training / sampler, CartPole, {IPC_WIDTH}-unit MLP): "
+                     f"sfx {f(r['ipc_sfx'])}, Sample Factory 2.1.1 {f(r['ipc_sf'])}")
     return "\n".join(lines)
 
 
@@ -705,12 +751,18 @@ def measurements(args: argparse.Namespace, workdir: Path, raw_n: int) -> list[tu
                       lambda name=name, row_flags=row_flags: measure_sfx_training(args, workdir, name, row_flags)))
     steps += [
         ("sf", f"Sample Factory 2.1.1 training{on}: same settings", lambda: measure_sf_training(args, workdir)),
-        ("overhead_sampler", f"overhead: sfx dummy sampler, CartPole, {setting}",
+        ("overhead_sampler", f"overhead: sfx dummy sampler, no RNN, {setting}",
          lambda: run_child("sampler", args, overhead_sampler_flags(args), workdir, "overhead_sampler")),
-        ("overhead_sfx", f"overhead: sfx training{on}, CartPole, MLP {OVERHEAD_WIDTH}x2, no RNN",
+        ("overhead_sfx", f"overhead: sfx training{on}, negligible model (pooled {OVERHEAD_WIDTH}), no RNN",
          lambda: run_training(overhead_sfx_training(args, workdir), args, workdir)),
         ("overhead_sf", f"overhead: Sample Factory 2.1.1{on}, same",
          lambda: sf_missing(args) or run_training(overhead_sf_training(args, workdir), args, workdir)),
+        ("ipc_sampler", f"ipc floor: sfx dummy sampler, CartPole, {setting}",
+         lambda: run_child("sampler", args, ipc_sampler_flags(args), workdir, "ipc_sampler")),
+        ("ipc_sfx", f"ipc floor: sfx training{on}, CartPole, MLP {IPC_WIDTH}x2, no RNN",
+         lambda: run_training(ipc_sfx_training(args, workdir), args, workdir)),
+        ("ipc_sf", f"ipc floor: Sample Factory 2.1.1{on}, same",
+         lambda: sf_missing(args) or run_training(ipc_sf_training(args, workdir), args, workdir)),
     ]
     return steps
 
@@ -749,9 +801,9 @@ def main(argv: list[str] | None = None) -> int:
         for key, label, run in measurements(args, workdir, raw_n):
             if key not in args.wanted:
                 results[key] = {"status": "skipped", "fps": float("nan"), "reason": "not selected"}
-                if key in ("sf", "overhead_sf") and args.skip_sf:
+                if key in ("sf", "overhead_sf", "ipc_sf") and args.skip_sf:
                     results[key]["reason"] = "--skip_sf"
-                if key not in ("raw_len", "sampler_len") or args.episode_len:
+                if key not in OPT_IN_KEYS or (args.episode_len and key in ("raw_len", "sampler_len")):
                     rows.append((key, label, results[key]))
                 continue
             print(f"measuring {label} ...", flush=True)

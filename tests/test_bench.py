@@ -316,7 +316,8 @@ def test_replay_bench_runs_every_mix_and_reads_back_steps_reward_and_throughput(
 
 def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, capsys, monkeypatch):
     """--sfx_row, --train_flags and the flags after -- reach sfx's doom trainings only; --device both frameworks';
-    the pipeline-overhead trainings build the same 8-unit MLP in both; bad arguments are one line, exit 2."""
+    the pipeline-overhead trainings run the same negligible network on doom in both, the ipc floor the same 8-unit
+    MLP on CartPole; bad arguments are one line, exit 2."""
     from bench import throughput
 
     args = throughput.parse_bench_args(["--device=gpu", "--episode_len=8", "--train_flags=--hidden_size=256",
@@ -337,11 +338,15 @@ def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, ca
     assert not {"--hidden_size=256", "--mixed_precision=off", "--batches_ahead=0"} & set(sf.cmd)
     o_sfx, o_sf = throughput.overhead_sfx_training(args, tmp_path), throughput.overhead_sf_training(args, tmp_path)
     shared = throughput.overhead_flags(args)
-    assert "--use_rnn=False" in shared and "--device=gpu" in shared
-    assert o_sfx.cmd[4:4 + len(shared)] == shared and o_sf.cmd[4:4 + len(shared)] == shared
-    assert "--hidden_size=8" in o_sfx.cmd and "--mixed_precision=off" not in o_sfx.cmd
-    i = o_sf.cmd.index("--encoder_mlp_layers")
-    assert o_sf.cmd[i + 1:i + 3] == ["8", "8"] and o_sf.cmd[1:4] == ["-m", "sf_examples.train_gym_env",
+    assert "--use_rnn=False" in shared and "--device=gpu" in shared and "--env=doom_basic" in shared
+    assert o_sfx.cmd[3:3 + len(shared)] == shared and o_sf.cmd[3:3 + len(shared)] == shared
+    assert o_sfx.cmd[1:3] == ["-m", "bench.negligible_model"] and o_sf.cmd[1:3] == ["-m", "bench.sf_negligible_model"]
+    assert "--encoder_type=bench_pooled" in o_sfx.cmd and "--mixed_precision=off" not in o_sfx.cmd
+    assert o_sf.env["PYTHONPATH"] == str(throughput.REPO_ROOT)
+    i_sfx, i_sf = throughput.ipc_sfx_training(args, tmp_path), throughput.ipc_sf_training(args, tmp_path)
+    assert "--hidden_size=8" in i_sfx.cmd and "--env=gym_CartPole-v1" in i_sfx.cmd
+    i = i_sf.cmd.index("--encoder_mlp_layers")
+    assert i_sf.cmd[i + 1:i + 3] == ["8", "8"] and i_sf.cmd[1:4] == ["-m", "sf_examples.train_gym_env",
                                                                     "--env=CartPole-v1"]
     assert throughput.capped_flags(args, ["--env=doom_basic", "--num_workers=2"]) == [
         "--env=bench_cap_doom_basic", "--num_workers=2", "--bench_cap_steps=8"]
@@ -350,6 +355,7 @@ def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, ca
     assert only.wanted == ["a", "overhead_sampler", "overhead_sfx"]
     assert throughput.parse_bench_args([]).wanted == ["raw", "raw_many", "sampler", "sfx", "sf", "overhead_sampler",
                                                       "overhead_sfx", "overhead_sf"]
+    assert throughput.parse_bench_args(["--only=ipc", "--skip_sf"]).wanted == ["ipc_sampler", "ipc_sfx"]
     bad = {("--sfx_row", "ungated"): "NAME=", ("--sfx_row", "sfx=--x=1"): "taken",
            ("--sfx_row", "a=batches_ahead=0"): "starting with --", ("--only", "nope"): "not a row",
            ("--only", "sampler_len"): "--episode_len", ("--only", "rows"): "none is given",
@@ -431,7 +437,11 @@ def test_throughput_ratios_cover_episode_length_rows_and_overhead():
     assert r["overhead_sfx"] == 0.85 and r["overhead_sf"] != r["overhead_sf"]
     text = throughput.format_ratios(r, args)
     assert "at 8-step episodes: sampler / raw = 0.80; training / sampler: sfx 0.75, ungated 0.90, sf 0.50" in text
-    assert "pipeline overhead (training / sampler, CartPole, 8-unit MLP): sfx 0.85" in text
+    assert "pipeline overhead (training / sampler, doom_basic, negligible-compute model): sfx 0.85" in text
+    assert "message-passing floor" not in text  # the ipc rows were not measured
+    fps.update(ipc_sampler=100.0, ipc_sfx=30.0)
+    r = throughput.compute_ratios({k: {"fps": v} for k, v in fps.items()}, ["ungated"])
+    assert "message-passing floor (training / sampler, CartPole, 8-unit MLP): sfx 0.30" in throughput.format_ratios(r, args)
     assert "Sample Factory 2.1.1 -" in text
 
 

@@ -23,6 +23,7 @@ from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.protocol import ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, TRAJ
+from sfx.engine.staging import HostStaging, to_host
 
 if TYPE_CHECKING:
     from sfx.models.actor_critic import ActorCritic
@@ -53,6 +54,8 @@ class PolicyWorker(Component):
         self.device = device
         self.version = -1
         self._memory_buf: torch.Tensor | None = None  # a memory core's gathered memories (see process)
+        # on a GPU, rows are gathered into page-locked buffers so their copies to the device are asynchronous
+        self.staging = HostStaging(device)
 
     def update_weights(self) -> None:
         self.version = self.weights.read_into(self.model, self.version)
@@ -88,8 +91,8 @@ class PolicyWorker(Component):
         # (slot, t) as one row index of a [slots * (T + 1), ...] view: index_select on a flat view is ~10x
         # faster than indexing with two index tensors
         at_obs = slots * (traj.rollout + 1) + ts
-        obs = {k: _rows(v, at_obs) for k, v in traj.obs.items()}
-        rnn = _rows(traj.rnn_states, at_obs)
+        obs = {k: self.staging.rows(k, v, at_obs) for k, v in traj.obs.items()}
+        rnn = self.staging.rows("rnn_states", traj.rnn_states, at_obs)
         # a memory core (Transformer-XL): each row's agent's memory; a truncated episode's last value reads
         # the same agent's memory (this step's entry is written only after the forward pass)
         memory_agents = rows_t[:, REQ_AGENT] if self.model.memory_len else None
@@ -120,22 +123,25 @@ class PolicyWorker(Component):
             tasks = tasks.to(dev, non_blocking=True)
         meter.add("gather", clock() - t_gather)
         with meter.section("to_device"):
-            obs = {k: v.to(dev, non_blocking=True) for k, v in obs.items()}
-            rnn = rnn.to(dev, non_blocking=True)
+            obs = {k: self.staging.to_device(k, v) for k, v in obs.items()}
+            rnn = self.staging.to_device("rnn_states", rnn)
         with meter.section("forward"), torch.inference_mode():
             out = self.model.forward_step(obs, rnn, tasks, memory)
             acting_out = out if trunc_rows is None else {k: v[:n] for k, v in out.items()}
             acted = self.rule.act(acting_out, actor_ids=rows_t[:, REQ_AGENT])
             new_rnn = out["new_rnn_states"][:n]
         with meter.section("to_host"):
-            actions = acted.actions.cpu()
-            fields = {name: value.cpu() for name, value in acted.fields.items()}
-            new_rnn = new_rnn.cpu()
-            truncation_values = None
+            outputs = {"actions": acted.actions, "new_rnn": new_rnn,
+                       **{f"field.{name}": value for name, value in acted.fields.items()}}
             if trunc_rows is not None:
-                truncation_values = self.rule.truncation_values({k: v[n:] for k, v in out.items()}).cpu()
-            memory_update = ((out["memory_index"][:n].cpu(), out["memory_entry"][:n].cpu())
-                             if memory is not None else None)
+                outputs["truncation_values"] = self.rule.truncation_values({k: v[n:] for k, v in out.items()})
+            if memory is not None:
+                outputs["memory_index"], outputs["memory_entry"] = out["memory_index"][:n], out["memory_entry"][:n]
+            host = to_host(outputs)
+            actions, new_rnn = host["actions"], host["new_rnn"]
+            fields = {name: host[f"field.{name}"] for name in acted.fields}
+            truncation_values = host.get("truncation_values")
+            memory_update = (host["memory_index"], host["memory_entry"]) if memory is not None else None
 
         with meter.section("scatter"):
             at_step = slots * traj.rollout + ts
@@ -158,11 +164,6 @@ class PolicyWorker(Component):
                 answers.setdefault(worker, []).append((split, len(r)))
             for worker, splits in answers.items():
                 self.rollout_inboxes[worker].put((ACT, splits))
-
-
-def _rows(buf: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """Rows ``at`` of ``buf`` [N, T, ...] seen as [N * T, ...] (a view: the buffers are contiguous)."""
-    return buf.view(-1, *buf.shape[2:]).index_select(0, at)
 
 
 def _write_rows(buf: torch.Tensor, at: torch.Tensor, values: torch.Tensor) -> None:
