@@ -25,6 +25,12 @@ def test_train_then_evaluate_from_python(tmp_path):
     scores = sfx.evaluate(env="gym_CartPole-v1", experiment="api", train_dir=str(tmp_path), max_num_episodes=3,
                           deterministic=True)
     assert scores["episodes"] == 3 and len(scores["rewards"]) == 3 and scores["mean_reward"] > 0
+    # the results file the sfx.tb tables read: this evaluation, with the checkpoint it played
+    import json
+    doc = json.loads((tmp_path / "api" / "eval_results_p0.json").read_text())
+    assert scores["results_path"] == str(tmp_path / "api" / "eval_results_p0.json")
+    assert doc["rewards"] == scores["rewards"] and doc["checkpoint"] == str(result.checkpoint.resolve())
+    assert doc["env_steps"] == scores["env_steps"] >= 1000 and doc["cfg"]["deterministic"] is True
 
 
 def test_train_validates_like_the_command_line(tmp_path):
