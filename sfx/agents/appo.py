@@ -27,6 +27,7 @@ from sfx.algo.clear import clear_cloning_terms
 from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.policy_losses import vmpo_dual_init
+from sfx.algo.ppo import ppo_policy_no_gradient, ppo_value_no_gradient
 from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 
@@ -67,6 +68,27 @@ def popart_summary(popart: Any, returns: torch.Tensor, tasks: torch.Tensor, vali
         own = returns[(ids == k) & valids]
         if own.numel() > 1:
             out[f"popart/target_std_{k}"] = float(own.double().std())
+    return out
+
+
+def replay_clip_summary(log_prob: torch.Tensor, mb: dict[str, Any], advantages: torch.Tensor,
+                        values_normalized: torch.Tensor, old_values_normalized: torch.Tensor,
+                        returns_normalized: torch.Tensor, valids: torch.Tensor, params: APPOParams) -> dict[str, float]:
+    """With replay: the fractions of the valid fresh and replayed samples whose policy term gets no gradient from
+    PPO's ratio clip (``clip/policy_fresh``, ``clip/policy_replayed``; with ``--policy_loss=ppo``) and whose value
+    term gets none from the value clip around the stored value (``clip/value_fresh``, ``clip/value_replayed``).
+    Replayed samples were acted many versions ago: their ratios and stored values are far from the current ones."""
+    replayed = mb["replayed"].reshape(-1, 1).expand_as(valids) if mb["replayed"].dim() == 1 else mb["replayed"]
+    masks = {"value": ppo_value_no_gradient(values_normalized, old_values_normalized, returns_normalized,
+                                            params.ppo_clip_value)}
+    if params.policy_loss == "ppo":
+        ratio = torch.exp(log_prob.detach() - mb["log_probs"])
+        masks["policy"] = ppo_policy_no_gradient(ratio, advantages, params.ppo_clip_ratio)
+    out = {}
+    for name, mask in masks.items():
+        for kind, rows in (("fresh", valids & ~replayed), ("replayed", valids & replayed)):
+            if bool(rows.any()):
+                out[f"clip/{name}_{kind}"] = float(mask[rows].float().mean())
     return out
 
 
@@ -212,12 +234,17 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         popart.update(targets.returns, tasks, valids, model.value_head, reduce=reduce, skip=first_stats)
         popart_stats = popart_summary(popart, targets.returns, tasks, valids)
 
+    if "replayed" in mb:
+        stats_replay = replay_clip_summary(log_prob, mb, targets.advantages, out.values_normalized, old_values_norm,
+                                           returns_norm, valids, params)
     names = {"exploration": f"loss/{cfg.exploration_loss}"}
     stats = {"loss/total": loss.item()}
     stats.update({names.get(name, f"loss/{name}"): getattr(terms, name).item() for name in LOSS_TERMS})
     stats.update({f"loss/{name}": term.item() for name, term in aux_terms.items()})
     stats.update({name: float(value) for name, value in (terms.policy_stats or {}).items()})
     stats.update(popart_stats)
+    if "replayed" in mb:
+        stats.update(stats_replay)
     stats.update({
         "entropy": terms.entropy.item(), "kl": terms.kl.item(), "grad_norm": grad_norm.item(),
         "ratio_mean": terms.ratio_mean.item(), "adv_std": terms.adv_std.item(),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["masked_mean", "ppo_policy_loss", "ppo_value_loss", "entropy_loss", "symmetric_kl_loss", "kl_loss"]
+__all__ = ["masked_mean", "ppo_policy_loss", "ppo_value_loss", "entropy_loss", "symmetric_kl_loss", "kl_loss",
+           "ppo_policy_no_gradient", "ppo_value_no_gradient"]
 
 
 def masked_mean(x: torch.Tensor, valids: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,3 +112,25 @@ def symmetric_kl_loss(sym_kl: torch.Tensor, valids: torch.Tensor | None = None, 
 def kl_loss(kl: torch.Tensor, valids: torch.Tensor | None = None) -> torch.Tensor:
     """``mean(kl)``: penalises moving away from the behaviour policy."""
     return masked_mean(kl, valids)
+
+
+def ppo_policy_no_gradient(ratio: torch.Tensor, advantages: torch.Tensor, clip_ratio: float) -> torch.Tensor:
+    """Bool ``[...]``: the samples whose term in :func:`ppo_policy_loss` has no gradient, because the minimum picks
+    the clipped ratio, a constant there: ``A > 0`` and ``ratio > 1 + eps``, or ``A < 0`` and ``ratio < 1 - eps``
+    (``A = 0`` carries no gradient either way and is not counted). A diagnostic: how much of a batch (e.g. its
+    replayed, many-versions-old samples) the clip leaves untrained."""
+    ratio, advantages = ratio.detach(), advantages.detach()
+    return ((advantages > 0) & (ratio > 1.0 + clip_ratio)) | ((advantages < 0) & (ratio < 1.0 - clip_ratio))
+
+
+def ppo_value_no_gradient(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor,
+                          clip_value: float | None) -> torch.Tensor:
+    """Bool ``[...]``: the samples whose term in :func:`ppo_value_loss` has no gradient: the value moved more than
+    ``clip_value`` from the old one and the maximum picks the clipped (constant) error, strictly larger. All False
+    without clipping (``clip_value`` None or <= 0)."""
+    values, old_values, targets = values.detach(), old_values.detach(), targets.detach()
+    if clip_value is None or clip_value <= 0:
+        return torch.zeros_like(values, dtype=torch.bool)
+    outside = (values - old_values).abs() > clip_value
+    clipped = old_values + torch.clamp(values - old_values, -clip_value, clip_value)
+    return outside & ((clipped - targets) ** 2 > (values - targets) ** 2)

@@ -107,3 +107,24 @@ def test_vmpo_duals_descend_their_losses_and_survive_a_checkpoint(tmp_path):
     fresh = APPO(cfg2, model2, torch.device("cpu"))
     fresh.load_learning_state({"optimizer": make_optimizer(cfg2, model2).state_dict()})
     assert float(vmpo_duals(fresh.vmpo_duals[0].detach())[0]) == pytest.approx(cfg2.vmpo_init_eta, rel=1e-5)
+
+
+def test_replayed_rows_report_how_much_the_clips_leave_untrained(tmp_path):
+    # GAE: the advantages do not read the behaviour's log-probs, so both shifts below see the same advantages
+    cfg, model = _setup(tmp_path, use_rnn=False, with_vtrace=False)
+    mb, valids = _batch(model, 4, cfg.rollout, seed=5)
+    stats = learning_step(copy.deepcopy(model), make_optimizer(cfg, model), mb, valids, cfg)
+    assert not any(k.startswith("clip/") for k in stats)  # no replay: the step's statistics are today's
+    mb["replayed"] = torch.tensor([True, False, True, False])
+    fractions = []
+    for shift in (-3.0, 3.0):
+        # the replayed rows' behaviour made every taken action e^3 times less (more) likely than it is now: their
+        # ratios are all above 1 + eps (below 1 - eps), so exactly the positive (negative) advantages get no gradient
+        data = {**mb, "log_probs": torch.where(mb["replayed"].unsqueeze(1), mb["log_probs"] + shift, mb["log_probs"])}
+        stats = learning_step(copy.deepcopy(model), make_optimizer(cfg, model), data, valids, cfg)
+        for name in ("policy", "value"):
+            for kind in ("fresh", "replayed"):
+                assert 0.0 <= stats[f"clip/{name}_{kind}"] <= 1.0
+        fractions.append(stats["clip/policy_replayed"])
+    assert 0.0 < fractions[0] < 1.0
+    assert sum(fractions) == pytest.approx(1.0)

@@ -113,3 +113,40 @@ def test_symmetric_kl_loss_is_a_capped_masked_mean():
     valids = torch.tensor([[True, True], [False, True]])
     assert float(symmetric_kl_loss(kl, valids)) == pytest.approx((0.5 + 1.5 + 2.0) / 3)
     assert float(symmetric_kl_loss(kl)) == pytest.approx(30.0)  # capped: a collapsed policy's gradient stays finite
+
+
+def _per_sample_grads(loss_fn, x):
+    """Gradient of each sample's own term: the loss of a batch of one, sample by sample."""
+    out = []
+    for i in range(x.numel()):
+        xi = x.detach().reshape(-1)[i:i + 1].clone().requires_grad_()
+        loss_fn(xi, i).backward()
+        out.append(float(xi.grad[0]))
+    return torch.tensor(out)
+
+
+def test_policy_no_gradient_mask_is_where_autograd_gives_zero():
+    from sfx.algo.ppo import ppo_policy_no_gradient
+
+    g = torch.Generator().manual_seed(0)
+    log_prob = torch.randn(200, generator=g, dtype=torch.float64) * 0.4
+    old = torch.zeros(200, dtype=torch.float64)
+    adv = torch.randn(200, generator=g, dtype=torch.float64)
+    grads = _per_sample_grads(lambda lp, i: ppo_policy_loss(lp, old[i:i + 1], adv[i:i + 1], 0.2)[0], log_prob)
+    mask = ppo_policy_no_gradient(torch.exp(log_prob - old), adv, 0.2)
+    assert torch.equal(mask, grads == 0)
+    assert 0 < int(mask.sum()) < 200  # both kinds present: the test can fail
+
+
+def test_value_no_gradient_mask_is_where_autograd_gives_zero():
+    from sfx.algo.ppo import ppo_value_no_gradient
+
+    g = torch.Generator().manual_seed(1)
+    values = torch.randn(200, generator=g, dtype=torch.float64) * 2
+    old = torch.randn(200, generator=g, dtype=torch.float64)
+    targets = torch.randn(200, generator=g, dtype=torch.float64) * 2
+    grads = _per_sample_grads(lambda v, i: ppo_value_loss(v, old[i:i + 1], targets[i:i + 1], 0.5), values)
+    mask = ppo_value_no_gradient(values, old, targets, 0.5)
+    assert torch.equal(mask, grads == 0)
+    assert 0 < int(mask.sum()) < 200
+    assert not ppo_value_no_gradient(values, old, targets, 0.0).any()
