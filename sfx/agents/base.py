@@ -198,7 +198,8 @@ class Agent:
     def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:
         """The network the policy workers act with and the learner trains (an ``ActorCritic`` or a model
         with the same acting interface: ``forward_step``, ``initial_rnn_states``, ``rnn_state_size``,
-        ``memory_len`` / ``memory_width``, ``popart``, ``for_inference``)."""
+        ``memory_len`` / ``memory_width``, ``reads_tasks`` (``forward_step`` wants each row's task),
+        ``for_inference``)."""
         from sfx.models import create_actor_critic
 
         return create_actor_critic(cfg, obs_space, action_space, num_tasks)
@@ -208,6 +209,21 @@ class Agent:
         """Raise :class:`~sfx.errors.ConfigError` when ``model`` (``make_model``'s, e.g. with a custom
         encoder or core) cannot serve this agent with these flags. The coordinator asks before anything
         starts (and before ``cfg.json`` is written), so a mismatch is one line, not a learner's crash."""
+
+    @classmethod
+    def check_checkpoint(cls, cfg: Any, model: torch.nn.Module, checkpoint: Mapping[str, Any], where: str) -> None:
+        """Raise :class:`~sfx.errors.ConfigError` (one line naming ``where``, the checkpoint's folder) when a
+        policy's newest checkpoint cannot resume with these flags. The coordinator asks before anything starts.
+        By default: its weights must load into ``model`` (``make_model``'s; a model part states its own mismatch
+        in the error, e.g. PopArt's number of tasks); an agent that keeps more in a checkpoint checks it too."""
+        from sfx.errors import ConfigError
+
+        try:
+            model.load_state_dict(checkpoint["model"])
+        except (RuntimeError, KeyError) as e:
+            detail = " ".join(line.strip() for line in str(e).splitlines()[1:3]) or str(e)
+            raise ConfigError(f"the checkpoint in {where} does not fit the model the current flags build "
+                              f"({detail[:300]}); use the flags it was trained with or a new --experiment") from None
 
     @classmethod
     def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:

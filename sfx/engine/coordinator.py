@@ -40,27 +40,18 @@ from sfx.engine.wiring import build_component, probe_env, rank_device, resolve_d
 log = logging.getLogger(__name__)
 
 
-def check_checkpoints_fit(cfg: Any, model: torch.nn.Module) -> None:
-    """Before any worker starts: every policy's newest readable checkpoint must load into the
-    model the current flags build (a corrupted newest one falls back, with a warning)."""
-    from sfx.errors import ConfigError
+def check_checkpoints_fit(cfg: Any, model: torch.nn.Module, agent: Any = None) -> None:
+    """Before any worker starts: every policy's newest readable checkpoint (a corrupted newest one falls back,
+    with a warning) must resume with the current flags, as the agent (``--algo``'s by default) judges it
+    (:meth:`~sfx.agents.base.Agent.check_checkpoint`: its weights load into the model they build)."""
+    from sfx.agents import find_agent
     from sfx.experiment import checkpoint_dir, load_latest_checkpoint
 
+    agent = find_agent(cfg.algo) if agent is None else agent
     for p in range(cfg.num_policies):
         ckpt = load_latest_checkpoint(cfg, p)
-        if ckpt is None:
-            continue
-        saved_tasks = ckpt["model"].get("popart.mu")
-        if saved_tasks is not None and model.popart is not None and saved_tasks.shape != model.popart.mu.shape:
-            raise ConfigError(f"the checkpoint in {checkpoint_dir(cfg, p)} was trained on {saved_tasks.shape[0]} "
-                              f"task(s), the env now has {model.popart.num_tasks} (--env and its task list): use the "
-                              f"tasks it was trained with or a new --experiment")
-        try:
-            model.load_state_dict(ckpt["model"])
-        except (RuntimeError, KeyError) as e:
-            detail = " ".join(line.strip() for line in str(e).splitlines()[1:3]) or str(e)
-            raise ConfigError(f"the checkpoint in {checkpoint_dir(cfg, p)} does not fit the model the current flags "
-                              f"build ({detail[:300]}); use the flags it was trained with or a new --experiment") from None
+        if ckpt is not None:
+            agent.check_checkpoint(cfg, model, ckpt, str(checkpoint_dir(cfg, p)))
 
 
 def rank_cfg(cfg: Any, ranks: Any) -> Any:
@@ -202,7 +193,7 @@ def run_training(cfg: Any) -> dict:
         agent = find_agent(cfg.algo)
         model = agent.make_model(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
         agent.check_model(cfg, model)
-        check_checkpoints_fit(cfg, model)
+        check_checkpoints_fit(cfg, model, agent)
         check_eval_env(cfg, env_info)
         require_wandb(cfg)
         check_cpus(cfg)

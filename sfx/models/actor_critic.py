@@ -152,6 +152,9 @@ class ActorCritic(nn.Module):
         self.obs_normalizer = preprocessor.obs_normalizer
         self.key_normalizers = preprocessor.key_normalizers
         self.popart = critic_head.popart
+        # the acting interface's declaration (policy workers, export): forward_step wants each row's task for
+        # PopArt's per-task value outputs; the engine names no model part
+        self.reads_tasks = self.popart is not None
         self.returns_normalizer = critic_head.returns_normalizer
         for prefix, trunk in zip([""] if self.share_weights else ["actor_", "critic_"], trunks):
             setattr(self, prefix + "encoder", trunk.encoder)

@@ -92,7 +92,7 @@ class ActingModel(nn.Module):
             self.obs_keys += [PREV_ACTION_KEY, PREV_REWARD_KEY]
         self.has_memory = bool(model.memory_len)
         # PopArt's several value outputs need each row's task; otherwise the model reads no task
-        self.has_tasks = model.popart is not None and model.num_tasks > 1
+        self.has_tasks = model.reads_tasks and model.num_tasks > 1
         self.input_names = self.obs_keys + ["rnn_states"] + (["memory"] if self.has_memory else []) + (
             ["tasks"] if self.has_tasks else [])
         self.model_outputs = tuple(getattr(rule, "export_outputs", DEFAULT_EXPORT_OUTPUTS))

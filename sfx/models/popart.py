@@ -43,6 +43,12 @@ class PopArt(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
+        saved = state_dict.get(prefix + "mu")
+        if saved is not None and saved.shape != self.mu.shape:
+            # said first, in the user's terms (a size mismatch of the value head follows from it)
+            error_msgs.insert(0, f"PopArt was trained on {saved.shape[0]} task(s), the env now has {self.num_tasks} "
+                                 f"(--env and its task list): use the tasks it was trained with")
+            return
         # checkpoints from before the data weight: a task whose statistics moved is warmed up (weight 1)
         key = prefix + "weight"
         if key not in state_dict and prefix + "mu" in state_dict:

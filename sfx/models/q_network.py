@@ -66,7 +66,8 @@ class QNetwork(PreprocessedModel):
     """
 
     learner_only_prefixes: tuple[str, ...] = ()
-    popart = None
+    popart = None  # read by the policy worker until it reads reads_tasks (then removed)
+    reads_tasks = False  # forward_step reads no task
     returns_normalizer = None
     memory_len = 0
     memory_width = 0
