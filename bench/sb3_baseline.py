@@ -10,6 +10,8 @@ Runs only under its own venv (SB3 + rl_zoo3 + gymnasium with MuJoCo; never a dep
         --seeds=0,1,2 --threshold=3000 --max_steps=300000        # SAC's reference (issue 28)
     nice -n 5 bench/sb3_venv/bin/python bench/sb3_baseline.py --algo=sac --env=Pendulum-v1 --seeds=0 \\
         --threshold=-200                                         # a SAC smoke run (~1 minute)
+    nice -n 5 bench/sb3_venv/bin/python bench/sb3_baseline.py --algo=ppo --env=HalfCheetah-v5 \\
+        --hyperparams_from=HalfCheetah-v4 --seeds=0,1,2 --max_steps=1000000  # APPO's PPO reference (issue 39)
     bench/sb3_venv/bin/python bench/sb3_baseline.py --algo=dqn --env=CartPole-v1 --updates_per_step
                                                                  # only print hyperparameters and the UTD ratio
 
@@ -66,6 +68,7 @@ import argparse
 import collections
 import inspect
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -229,11 +232,32 @@ def effective_kwargs(algo_cls, algo_kwargs: dict) -> dict:
     return eff
 
 
+def gradient_steps_made(model) -> int:
+    """The optimizer steps SB3 made. Off-policy algorithms and A2C count them in ``_n_updates``; PPO adds
+    ``n_epochs`` per rollout there, one per pass, each pass being ``ceil(n_steps x n_envs / batch_size)`` minibatch
+    steps (its last minibatch may be short)."""
+    from stable_baselines3 import PPO
+
+    updates = int(getattr(model, "_n_updates", 0))
+    if isinstance(model, PPO):
+        return updates * math.ceil(model.n_steps * model.n_envs / model.batch_size)
+    return updates
+
+
 def updates_per_step(algo_cls, eff: dict, n_envs: int) -> dict:
     """SB3's gradient steps per env step (off-policy algorithms) from train_freq / gradient_steps / n_envs."""
     from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
     if not issubclass(algo_cls, OffPolicyAlgorithm):
+        from stable_baselines3 import PPO
+
+        if issubclass(algo_cls, PPO):
+            # every n_steps x n_envs collected, n_epochs passes of ceil(n_steps x n_envs / batch_size) minibatches
+            rollout = int(eff.get("n_steps", 2048)) * n_envs
+            per_pass = math.ceil(rollout / int(eff.get("batch_size", 64)))
+            return {"ratio": round(int(eff.get("n_epochs", 10)) * per_pass / rollout, 6), "n_envs": n_envs,
+                    "n_steps": eff.get("n_steps"), "batch_size": eff.get("batch_size"), "n_epochs": eff.get("n_epochs"),
+                    "note": "on-policy: each rollout is used n_epochs times, then dropped (no replay)"}
         return {"ratio": None, "note": f"{algo_cls.__name__} is on-policy: no replay ratio"}
     freq = eff.get("train_freq", 1)
     freq_n, unit = (freq, "step") if isinstance(freq, int) else (int(freq[0]), str(freq[1]))
@@ -361,7 +385,7 @@ def run_seed(algo_cls, recipe: dict, env_id: str, seed: int, max_steps: int, arg
     final = callback.mean()
     if final is not None and (not curve or curve[-1][0] != steps):
         curve.append((steps, round(final, 4)))
-    grad_steps = int(getattr(model, "_n_updates", 0))
+    grad_steps = gradient_steps_made(model)
     env.close()
     return {"seed": seed,
             "steps_to_threshold": callback.hit[0] if callback.hit else None,
