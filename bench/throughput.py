@@ -31,7 +31,7 @@ each row (for ``--only`` and in throughput.json) in brackets:
    both trainings on the same doom scenario and settings with a model of negligible compute: each
    channel averaged over a 2 x 2 grid, one 16-unit layer, no RNN (``bench/negligible_model.py`` for sfx,
    ``bench/sf_negligible_model.py``, the same network through Sample Factory's encoder API), GAE
-   (Sample Factory's default), rollout 32. Each training's FPS over the sampler's is what the pipeline
+   (Sample Factory's default), no input normalization, rollout 32. Each training's FPS over the sampler's is what the pipeline
    (inference requests, trajectories, the learner's batches, weight updates, the collection gate)
    costs where the env is a real one and the model costs nothing: on a 2-core CPU both frameworks'
    default conv encoder would make the learner the bottleneck, not the pipeline;
@@ -487,9 +487,11 @@ def training_flags(args: argparse.Namespace, device: str = "cpu") -> list[str]:
 
 
 def overhead_flags(args: argparse.Namespace) -> list[str]:
-    """Settings both pipeline-overhead trainings share: the doom scenario's, no RNN, GAE, the bench's
-    workers/envs/batch (the negligible-compute encoder is each framework's own spelling of one network)."""
-    return [*env_flags(args), *ipc_flags(args)]
+    """Settings both pipeline-overhead trainings share: the doom scenario's, no RNN, GAE, no input normalization,
+    the bench's workers/envs/batch (the negligible-compute encoder is each framework's own spelling of one network)."""
+    # no input normalization either: per-pixel running statistics over every frame of a batch (57M values at
+    # batch 2048) are model compute, and would cost the learner more than the negligible encoder itself
+    return [*env_flags(args), *ipc_flags(args), "--normalize_input=False"]
 
 
 def ipc_flags(args: argparse.Namespace) -> list[str]:

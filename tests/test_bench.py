@@ -339,6 +339,7 @@ def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, ca
     o_sfx, o_sf = throughput.overhead_sfx_training(args, tmp_path), throughput.overhead_sf_training(args, tmp_path)
     shared = throughput.overhead_flags(args)
     assert "--use_rnn=False" in shared and "--device=gpu" in shared and "--env=doom_basic" in shared
+    assert "--normalize_input=False" in shared
     assert o_sfx.cmd[3:3 + len(shared)] == shared and o_sf.cmd[3:3 + len(shared)] == shared
     assert o_sfx.cmd[1:3] == ["-m", "bench.negligible_model"] and o_sf.cmd[1:3] == ["-m", "bench.sf_negligible_model"]
     assert "--encoder_type=bench_pooled" in o_sfx.cmd and "--mixed_precision=off" not in o_sfx.cmd
