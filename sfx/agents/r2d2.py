@@ -94,12 +94,17 @@ def add_r2d2_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--n_step", type=int, default=5, help="n-step double-Q targets: rewards summed before bootstrapping")
     g.add_argument("--target_update_period", type=int, default=400,
                    help="the target network is a copy of the online one, renewed every this many learner steps")
+    # every agent's replay flags count samples (agent steps): SEED's defaults of 1,000 and 10 sequences are
+    # 80,000 and 800 samples at its --rollout of 80
     g.add_argument("--replay_ratio", type=float, default=1.5,
-                   help="the average number of times each stored step is trained on (trained steps per fresh "
-                        "step), whatever the sampling speed; > 0")
-    g.add_argument("--replay_buffer_size", type=int, default=1000, help="sequences kept in the replay buffer")
-    g.add_argument("--replay_buffer_min_size", type=int, default=10,
-                   help="learning starts once the buffer holds this many sequences")
+                   help="unit: trained samples per fresh sample: the average number of times each stored step is "
+                        "trained on, whatever the sampling speed; > 0")
+    g.add_argument("--replay_buffer_size", type=int, default=80_000,
+                   help="unit: samples (trained steps) kept in the replay buffer, as sequences of --rollout steps "
+                        "(each stored with its --burn_in prefix besides); SEED RL's 1,000 sequences of 80")
+    g.add_argument("--replay_buffer_min_size", type=int, default=800,
+                   help="unit: samples; learning starts once the buffer holds this many (in sequences of "
+                        "--rollout steps); SEED RL's 10 sequences of 80")
     g.add_argument("--priority_exponent", type=float, default=0.9, help="alpha: sampling probability ~ priority^alpha")
     g.add_argument("--importance_sampling_exponent", type=float, default=0.6,
                    help="beta of the importance weights (N P(i))^-beta, normalised by the batch's largest")
@@ -164,6 +169,11 @@ class R2D2(Agent):
     def validate(cls, cfg: Any) -> None:
         validate_r2d2_cfg(cfg)
 
+    @staticmethod
+    def sequences(cfg: Any, samples: int) -> int:
+        """Sequences of ``--rollout`` steps that hold ``samples`` (the replay flags' unit), at least one."""
+        return max(1, math.ceil(samples / cfg.rollout))
+
     @classmethod
     def sequences_per_minibatch(cls, cfg: Any) -> int:
         return max(1, cfg.batch_size // cfg.rollout)
@@ -191,8 +201,10 @@ class R2D2(Agent):
         from sfx.agents.replay_store import check_replay_memory
 
         # a stored sequence is a trajectory plus its burn-in prefix
-        needed = int(cfg.replay_buffer_size * trajectory_bytes * (cfg.rollout + cfg.burn_in) / cfg.rollout)
-        check_replay_memory(needed, cfg.num_policies, f"--replay_buffer_size={cfg.replay_buffer_size} sequences")
+        sequences = cls.sequences(cfg, cfg.replay_buffer_size)
+        needed = int(sequences * trajectory_bytes * (cfg.rollout + cfg.burn_in) / cfg.rollout)
+        check_replay_memory(needed, cfg.num_policies, f"--replay_buffer_size={cfg.replay_buffer_size} samples "
+                                                      f"({sequences:,} sequences)")
         return needed
 
     @classmethod
@@ -212,7 +224,8 @@ class R2D2(Agent):
 
         cfg = self.cfg
         self.store = PrioritizedSequences(
-            fresh, cfg.replay_buffer_size, cfg.burn_in, cfg.replay_buffer_min_size, cfg.replay_ratio,
+            fresh, self.sequences(cfg, cfg.replay_buffer_size), cfg.burn_in,
+            self.sequences(cfg, cfg.replay_buffer_min_size) if cfg.replay_buffer_min_size else 0, cfg.replay_ratio,
             lambda: self.sequences_per_minibatch(self.cfg), cfg.priority_exponent, cfg.importance_sampling_exponent,
             cfg.priority_eta, cfg.gamma, cfg.n_step, cfg.value_function_rescaling_epsilon, self.device, seed=cfg.seed,
             reward_scale=cfg.reward_scale, reward_clip=cfg.reward_clip)

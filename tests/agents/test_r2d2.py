@@ -25,8 +25,8 @@ EPS_BASE_F32 = torch.tensor(0.4).item()  # the ladder's largest epsilon as the s
 def _cfg(tmp_path, **overrides):
     base = dict(env="gym_CartPole-v1", algo="R2D2", experiment="r2d2", train_dir=str(tmp_path), device="cpu", seed=3,
                 num_workers=2, num_envs_per_worker=4, rollout=16, recurrence=16, burn_in=8, batch_size=128,
-                hidden_size=32, use_rnn=True, rnn_type="gru", replay_ratio=2.0, replay_buffer_size=500,
-                replay_buffer_min_size=20, target_update_period=50, learning_rate=1e-3, gamma=0.99,
+                hidden_size=32, use_rnn=True, rnn_type="gru", replay_ratio=2.0, replay_buffer_size=8000,
+                replay_buffer_min_size=320, target_update_period=50, learning_rate=1e-3, gamma=0.99,
                 train_for_env_steps=6000)
     return default_cfg(**{**base, **overrides})
 
@@ -204,7 +204,7 @@ def test_seed_rl_s_defaults_and_the_bad_inputs_are_one_clear_line(tmp_path):
     for flags, message in [({"burn_in": 16}, r"--burn_in=16 must be shorter than a sequence \(--rollout=16\)"),
                            ({"replay_ratio": 0.0}, r"--replay_ratio=0.0 must be a finite number > 0"),
                            ({"n_step": 0}, r"--n_step=0 must be an integer >= 1"),
-                           ({"replay_buffer_min_size": 900}, r"--replay_buffer_min_size=900 is more than")]:
+                           ({"replay_buffer_min_size": 9000}, r"--replay_buffer_min_size=9000 is more than")]:
         with pytest.raises(ConfigError, match=message) as e:
             _cfg(tmp_path, **flags)
         assert "\n" not in str(e.value)
@@ -213,7 +213,8 @@ def test_seed_rl_s_defaults_and_the_bad_inputs_are_one_clear_line(tmp_path):
         run_training(_cfg(tmp_path, env="gym_Pendulum-v1", experiment="pendulum"))
     assert not (tmp_path / "pendulum" / "cfg.json").exists()
     # a buffer larger than the machine's memory: R2D2's own flag named (not APPO's --replay_parameters)
-    with pytest.raises(ConfigError, match=r"--replay_buffer_size=1000000000 sequences need [\d,]+ MiB of memory "
+    with pytest.raises(ConfigError, match=r"--replay_buffer_size=1000000000 samples \(62,500,000 sequences\) need "
+                                          r"[\d,]+ MiB of memory "
                                           r"per policy .*; lower --replay_buffer_size") as e:
         run_training(_cfg(tmp_path, experiment="huge", replay_buffer_size=10 ** 9))
     assert "replay_parameters" not in str(e.value)
@@ -264,7 +265,7 @@ def test_the_step_returns_the_new_priorities_and_the_learner_gives_them_back_thr
     from sfx.engine.learner import Learner
 
     cfg = _cfg("/tmp", hidden_size=8, rollout=8, recurrence=8, burn_in=4, batch_size=16, replay_ratio=1.0,
-               replay_buffer_min_size=2)
+               replay_buffer_min_size=16)
     model = QNetwork(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(2))
     trajs = _acted_trajectories(model, steps=32, T=8, actors=2)
     learner = Learner(cfg, 0, R2D2, model, None, _Published(), None, _Reports(), torch.device("cpu"))
