@@ -116,7 +116,7 @@ class PolicyWorker(Component):
             memory = memory.to(dev, non_blocking=True)
 
         tasks = None
-        if self.model.popart is not None:  # per-task value outputs: each row's task (its slot's)
+        if self.model.reads_tasks:  # per-task outputs (e.g. PopArt's values): each row's task (its slot's)
             tasks = traj.task[slots]
             if trunc_rows is not None:
                 tasks = torch.cat([tasks, traj.task[trunc_rows[:, REQ_TRUNC_SLOT]]])
