@@ -20,7 +20,8 @@ import torch
 
 from sfx.agents import Batch
 from sfx.engine import perf
-from sfx.engine.buffers import TrajectoryBuffers, tree_map
+from sfx.engine.buffers import TrajectoryBuffers
+from sfx.engine.staging import HostStaging, gather_tree, tree_to_device
 
 
 class SampleSource(Protocol):
@@ -65,6 +66,9 @@ class FreshTrajectories:
         self.env_frameskip = env_frameskip
         self.per_iteration = per_iteration
         self.pending: list[int] = []
+        # on a GPU each batch is gathered into page-locked memory and copied asynchronously; two buffers in
+        # turn, so a batch can be gathered while the last one's copy may still run
+        self.staging = HostStaging(device, depth=2)
         self.gate = gate
         self.policy = policy
         if gate is not None:
@@ -85,10 +89,11 @@ class FreshTrajectories:
             self.gate.took(self.policy, len(slots), k)
         idx = torch.as_tensor(slots, dtype=torch.long)
         with perf.section("batch_gather"):
-            data = tree_map(lambda v: v.index_select(0, idx), self.traj.tensors())
+            data = gather_tree(self.staging, self.traj.tensors(), idx)
         if self.device.type != "cpu":
             with perf.section("to_device"):
-                data = tree_map(lambda v: v.to(self.device, non_blocking=True), data)
+                data = tree_to_device(self.staging, data)
+        # the slots are free once gathered: on a GPU the copy to the device reads the page-locked staging
         self.free_slots.put_many(list(slots))
         n, T = data["rewards"].shape
         age = (policy_version - data["policy_versions"]).float()

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["HostStaging", "pack_bytes", "to_host", "unpack_bytes"]
+__all__ = ["HostStaging", "gather_tree", "pack_bytes", "to_host", "tree_to_device", "unpack_bytes"]
 
 
 class HostStaging:
@@ -73,6 +73,21 @@ class HostStaging:
         self._events[key][i] = event
         self._turn[key] = (i + 1) % self.depth
         return out
+
+
+def gather_tree(staging: HostStaging, tree: Any, at: torch.Tensor, prefix: str = "") -> Any:
+    """:meth:`HostStaging.gather` of rows ``at`` of every tensor in a nested dict (keys joined into the
+    staging keys)."""
+    if isinstance(tree, dict):
+        return {k: gather_tree(staging, v, at, f"{prefix}{k}/") for k, v in tree.items()}
+    return staging.gather(prefix, tree, at)
+
+
+def tree_to_device(staging: HostStaging, tree: Any, prefix: str = "") -> Any:
+    """:meth:`HostStaging.to_device` of every tensor :func:`gather_tree` gathered (the same keys)."""
+    if isinstance(tree, dict):
+        return {k: tree_to_device(staging, v, f"{prefix}{k}/") for k, v in tree.items()}
+    return staging.to_device(prefix, tree)
 
 
 def to_host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -71,3 +71,20 @@ def test_host_staging_on_cuda_takes_its_pinned_buffers_in_turn():
     assert torch.equal(a_dev.cpu(), buf.view(-1, 4)[[1, 2, 3]]) and torch.equal(b_dev.cpu(), buf.view(-1, 4)[[4, 5]])
     host = to_host({k: v.cuda() for k, v in _outputs(9).items()})
     assert all(torch.equal(host[k], v) for k, v in _outputs(9).items())
+
+
+def test_a_nested_batch_is_gathered_and_moved_per_leaf():
+    from sfx.engine.staging import gather_tree, tree_to_device
+
+    tree = {"obs": {"image": torch.arange(5 * 2 * 3).view(5, 2, 3), "vec": torch.randn(5, 2, 4)},
+            "rewards": torch.randn(5, 2)}
+    idx = torch.tensor([4, 1])
+    staging = HostStaging(torch.device("cpu"), depth=2)
+    out = tree_to_device(staging, gather_tree(staging, tree, idx))
+    assert torch.equal(out["obs"]["image"], tree["obs"]["image"][idx])
+    assert torch.equal(out["obs"]["vec"], tree["obs"]["vec"][idx]) and torch.equal(out["rewards"], tree["rewards"][idx])
+    if torch.cuda.is_available():
+        staging = HostStaging(torch.device("cuda"), depth=2)
+        for _ in range(3):  # buffers reused in turn
+            out = tree_to_device(staging, gather_tree(staging, tree, idx))
+            assert out["rewards"].is_cuda and torch.equal(out["obs"]["image"].cpu(), tree["obs"]["image"][idx])
