@@ -69,7 +69,7 @@ def test_bad_serve_flags_are_one_error_line(tmp_path, capsys):
     assert "--refresh_every 0 is not allowed" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["plot", "*", "--", "--purge_orphaned_data"])
-    assert info.value.code == 2 and "only the serve mode takes them" in capsys.readouterr().err
+    assert info.value.code == 2 and "go to TensorBoard (serve) or sfx.enjoy (evaluate) only" in capsys.readouterr().err
 
 
 def test_list_shows_names_seeds_and_groups(train_root, capsys):
