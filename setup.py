@@ -59,8 +59,10 @@ setup(
         # butterfly envs import (its own extras would also pull open_spiel)
         "pettingzoo": ["pettingzoo>=1.27", "pygame-ce>=2.4.0", "scipy"],
         # the football_ family: what gfootball imports; gfootball itself compiles a C++ engine, which
-        # scripts/install_football.sh builds and installs (run it first; docs/environments/football.md)
-        "football": ["gym>=0.26", "pygame-ce>=2.4.0", "scipy", "psutil", "absl-py", "six", "opencv-python-headless"],
+        # scripts/install_football.sh builds and installs (run it first; docs/environments/football.md). gym
+        # before 0.26: gfootball 2.10.2's wrappers use the old reset (obs, not obs and info); six: undeclared
+        "football": ["gym>=0.22,<0.26", "pygame-ce>=2.4.0", "scipy", "psutil", "absl-py", "six",
+                     "opencv-python-headless"],
         # --with_wandb (reinit="create_new" needs a recent wandb; tested with 0.31.0)
         "wandb": ["wandb>=0.19.10"],
         # python -m sfx.export --format=onnx (and onnxruntime to run the exported file)

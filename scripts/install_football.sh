@@ -84,7 +84,7 @@ fi
 
 say "pip install gfootball $VERSION (prebuilt engine) and its runtime requirements"
 (
-    "$PYTHON" -m pip install "pygame-ce>=2.4.0" psutil scipy "gym>=0.26" absl-py six wheel opencv-python-headless &&
+    "$PYTHON" -m pip install "pygame-ce>=2.4.0" psutil scipy "gym>=0.22,<0.26" absl-py six wheel opencv-python-headless &&
     cd "$SRC" && GFOOTBALL_USE_PREBUILT_SO=1 "$PYTHON" -m pip install --no-deps --no-build-isolation .
 ) >"$BUILD_DIR/pip.log" 2>&1 || fail "pip install" "$BUILD_DIR/pip.log"
 
