@@ -171,12 +171,26 @@ class Agent:
     # on the CPU it gets every core by default (``--learner_main_loop_num_cores=0``); False: the cores the
     # rollout workers leave free (sfx.engine.wiring.learner_threads)
     learner_sets_the_pace: ClassVar[bool] = False
+    # the trainer's shared flags this agent does not read -> what to do instead: given on the command line they
+    # are refused (check_flags), never silently ignored
+    ignored_flags: ClassVar[Mapping[str, str]] = {}
 
     # ---------------------------------------------------------------- declarations
 
     @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
         """Add the agent's own flags (with defaults and help) to ``parser``'s group for it."""
+
+    @classmethod
+    def check_flags(cls, cfg: Any, explicit: Iterable[str]) -> None:
+        """Raise :class:`~sfx.errors.ConfigError` (one line) when a flag given on the command line
+        (``explicit``) is one this agent would ignore (:attr:`ignored_flags`). Runs before the shared checks,
+        so the line names the flag, not a check of another flag it would have failed."""
+        from sfx.errors import ConfigError
+
+        for name in sorted(set(explicit) & set(cls.ignored_flags)):
+            raise ConfigError(f"--{name}={getattr(cfg, name)} is not read by --algo={cls.name} (it would be ignored): "
+                              f"{cls.ignored_flags[name]}; remove it")
 
     @classmethod
     def validate(cls, cfg: Any) -> None:

@@ -30,6 +30,7 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, Stepped
 from sfx.agents.kit import TargetNetwork, gradient_step
+from sfx.agents.replay_store import APPO_ONLY_FLAGS
 from sfx.algo.qlearning import (actor_epsilons, double_q_targets, r2d2_loss, scale_rewards, sequence_priorities,
                                 td_errors)
 from sfx.errors import ConfigError
@@ -158,6 +159,7 @@ class R2D2(Agent):
 
     name = "R2D2"
     flag_group = "R2D2 (--algo=R2D2)"
+    ignored_flags = APPO_ONLY_FLAGS
     ranks_refused = ("each rank would sample its own prioritized replay; not verified yet (run one rank, or "
                      "several independent seeds with sfx.runner)")
 

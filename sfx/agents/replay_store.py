@@ -24,9 +24,21 @@ import torch
 from sfx.agents.base import Batch, tree_map
 from sfx.errors import ConfigError
 
-__all__ = ["ReplayRing", "ReplayStore", "check_replay_memory", "seeded_generator"]
+__all__ = ["APPO_ONLY_FLAGS", "ReplayRing", "ReplayStore", "check_replay_memory", "seeded_generator"]
 
 MEMORY_HEADROOM = 1.1
+
+# the trainer's shared flags of APPO's model and loss that a replay agent's networks and step never read
+APPO_ONLY_FLAGS = {
+    **{k: "APPO's auxiliary losses" for k in ("aux_loss_reconstruction_coeff", "aux_loss_future_pred_coeff",
+                                              "aux_loss_future_pred_horizon")},
+    **{k: "APPO's value normalisation"
+       for k in ("normalize_returns", "popart", "popart_beta", "popart_preserve_mean", "popart_clip_min")},
+    **{k: "APPO's actor-critic" for k in ("actor_critic_share_weights", "adaptive_stddev", "initial_stddev")},
+    "max_policy_lag": "replayed samples are trained at any age (--replay_ratio sets how often)",
+    **{k: "a Transformer-XL core (refused: a replay agent keeps no memory of past steps)"
+       for k in ("mem_len", "n_layer", "n_heads", "d_head", "d_inner", "trxl_dropout", "trxl_gate")},
+}
 
 
 def seeded_generator(seed: int | None) -> torch.Generator:

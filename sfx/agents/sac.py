@@ -46,6 +46,7 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch
 from sfx.agents.kit import TargetNetwork, gradient_step
+from sfx.agents.replay_store import APPO_ONLY_FLAGS
 from sfx.algo.sac import (SquashedGaussian, actor_loss, clipped_double_q_target, critic_loss, default_target_entropy,
                           temperature_loss)
 from sfx.cfg.flag_types import add_bool_arg
@@ -187,12 +188,28 @@ class SAC(Agent):
 
     name = "SAC"
     flag_group = "SAC (--algo=SAC)"
+    ignored_flags = {
+        **APPO_ONLY_FLAGS,
+        "learning_rate": "SAC has one per network: --actor_learning_rate, --critic_learning_rate, "
+                         "--alpha_learning_rate",
+        "adam_eps": "SAC's optimizers keep Adam's epsilon (1e-8, SB3's)",
+        "max_grad_norm": "SAC clips no gradients (the paper's and SB3's)",
+        **{k: "SAC learns from single transitions, without a recurrent core"
+           for k in ("recurrence", "rnn_type", "rnn_num_layers")},
+    }
     batch_of_trajectories = False  # --batch_size transitions drawn one by one
     learner_sets_the_pace = True  # sampling waits on --replay_ratio: the learner gets every core (CPU)
 
     @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
         add_sac_flags(parser)
+
+    @classmethod
+    def check_flags(cls, cfg: Any, explicit: Any) -> None:
+        if cfg.use_rnn:  # before the shared checks, whose --recurrence check would speak of other flags
+            raise ConfigError(f"--use_rnn={cfg.use_rnn} is not supported by --algo=SAC (it learns from single "
+                              f"replayed transitions, without a recurrent state); allowed: --use_rnn=False")
+        super().check_flags(cfg, explicit)
 
     @classmethod
     def validate(cls, cfg: Any) -> None:

@@ -90,7 +90,10 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="samples collected more than this many policy versions ago are dropped")
 
     g = parser.add_argument_group("learning")
-    g.add_argument("--batch_size", type=int, default=1024, help="samples per minibatch; a multiple of --rollout")
+    g.add_argument("--batch_size", type=int, default=1024,
+                   help="unit: samples (agent steps trained on) per minibatch, for every agent: whole trajectories "
+                        "(a multiple of --rollout) for APPO and R2D2 (an R2D2 sequence's --burn_in prefix not "
+                        "counted), transitions drawn one by one for SAC")
     g.add_argument("--recurrence", type=int, default=32,
                    help="BPTT length in steps; --rollout must be a multiple of it when --use_rnn")
     g.add_argument("--learning_rate", type=float, default=1e-4, help="Adam learning rate")

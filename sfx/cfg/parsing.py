@@ -14,7 +14,7 @@ from typing import Any, NoReturn, Sequence
 from sfx.cfg.arguments import add_default_args, add_eval_args
 from sfx.cfg.cfg_json import load_cfg
 from sfx.errors import ConfigError
-from sfx.cfg.validation import validate_cfg
+from sfx.cfg.validation import check_same_algo, validate_cfg
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     wants_help = any(a in ("-h", "--help") for a in argv)
     if pre.env is None:
         if wants_help:
-            parser = build_parser(None, evaluation)
+            parser = build_parser(None, evaluation, argv)  # --algo's flags, not the default agent's
             parser.prog = prog or parser.prog
             parser.parse_args(["--help"])  # prints help and exits
         from sfx.envs.registry import registered_prefixes
@@ -213,6 +213,8 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     cfg.explicit_args = sorted(explicit)
     cfg.command_line = " ".join(shlex.quote(a) for a in argv)
     agent = _agent(cfg.algo)
+    check_same_algo(cfg)  # a resume with another --algo is named as such before any of the saved flags is judged
+    agent.check_flags(cfg, explicit)  # a flag the agent would ignore: refused by name, before the shared checks
     validate_cfg(cfg, evaluation=evaluation, check_paths=not evaluation or cfg.save_video,
                  batch_of_trajectories=agent.batch_of_trajectories)
     agent.validate(cfg)
@@ -260,6 +262,7 @@ def default_cfg(env: str = "gym_CartPole-v1", evaluation: bool = False, **overri
     cfg.explicit_args = sorted({"env", *overrides})
     cfg.command_line = ""
     agent = _agent(cfg.algo)
+    agent.check_flags(cfg, overrides)
     validate_cfg(cfg, evaluation=evaluation, check_paths=False, batch_of_trajectories=agent.batch_of_trajectories)
     agent.validate(cfg)
     _validate_family(cfg)

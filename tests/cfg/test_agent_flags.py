@@ -1,0 +1,60 @@
+"""A flag means one thing for every agent, and a flag an agent would ignore is refused by name (issue 36): SAC
+with APPO's or a recurrent core's flags, R2D2 with APPO's value normalisation; --algo=SAC --use_rnn=True says
+so in one line; --algo=SAC --help shows SAC's flags without --env."""
+
+import subprocess
+import sys
+
+import pytest
+
+from sfx.cfg import ConfigError, default_cfg, parse_args
+
+
+def _parse(tmp_path, *flags):
+    return parse_args([*flags, f"--train_dir={tmp_path}", "--experiment=e"], resume=False)
+
+
+@pytest.mark.parametrize("algo,env,flag,says", [
+    ("SAC", "gym_Pendulum-v1", "--popart=True", "APPO's value normalisation"),
+    ("SAC", "gym_Pendulum-v1", "--rnn_type=lstm", "without a recurrent core"),
+    ("SAC", "gym_Pendulum-v1", "--learning_rate=0.001", "--actor_learning_rate, --critic_learning_rate"),
+    ("SAC", "gym_Pendulum-v1", "--max_grad_norm=4.0", "clips no gradients"),  # given at its default: still refused
+    ("SAC", "gym_Pendulum-v1", "--max_policy_lag=5", "at any age"),
+    ("R2D2", "gym_CartPole-v1", "--normalize_returns=True", "APPO's value normalisation"),
+    ("R2D2", "gym_CartPole-v1", "--aux_loss_reconstruction_coeff=0.1", "auxiliary losses"),
+])
+def test_a_flag_the_agent_would_ignore_is_refused_by_name(tmp_path, algo, env, flag, says):
+    name, value = flag[2:].split("=")
+    with pytest.raises(ConfigError) as e:
+        _parse(tmp_path, f"--algo={algo}", f"--env={env}", flag)
+    message = str(e.value)
+    assert message.startswith(f"--{name}=") and f"is not read by --algo={algo}" in message and says in message
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match=f"--{name}="):
+        default_cfg(env, algo=algo, **{name: default_cfg(env, algo=algo).__dict__[name]})
+
+
+def test_the_flags_the_agent_reads_and_appo_s_own_pass(tmp_path):
+    assert _parse(tmp_path, "--algo=SAC", "--env=gym_Pendulum-v1", "--use_rnn=False", "--actor_learning_rate=1e-3",
+                  "--hidden_size=64", "--gamma=0.98").actor_learning_rate == 1e-3
+    assert _parse(tmp_path, "--algo=R2D2", "--env=gym_CartPole-v1", "--learning_rate=1e-3", "--rnn_type=lstm",
+                  "--max_grad_norm=10").rnn_type == "lstm"
+    cfg = _parse(tmp_path, "--env=gym_CartPole-v1", "--popart=True", "--learning_rate=1e-3", "--max_policy_lag=5")
+    assert cfg.popart and cfg.max_policy_lag == 5
+
+
+def test_sac_with_a_recurrent_core_is_one_line_about_the_core(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        _parse(tmp_path, "--algo=SAC", "--env=gym_Pendulum-v1", "--use_rnn=True")
+    assert str(e.value).startswith("--use_rnn=True is not supported by --algo=SAC") and "--recurrence" not in str(e.value)
+
+
+def test_replay_flags_state_their_unit_in_help_and_sac_s_help_needs_no_env():
+    out = subprocess.run([sys.executable, "-m", "sfx.train", "--algo=SAC", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "SAC (--algo=SAC):" in text and "--actor_learning_rate" in text and "--ppo_clip_ratio" not in text
+    for flag in ("--replay_ratio", "--replay_buffer_size"):
+        help_text = text.rsplit(f"{flag} {flag.upper()[2:]}", 1)[1][:200]  # the help, not the usage line
+        assert "unit:" in help_text, (flag, help_text)
