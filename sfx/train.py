@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import multiprocessing
 import shutil
 import sys
 import time
@@ -77,7 +78,18 @@ def _parse_for_training(argv: list[str]) -> Any:
     return cfg
 
 
+def refuse_in_worker_start(what: str) -> None:
+    """A worker process imports the main module again while it starts (multiprocessing's spawn and
+    forkserver): a training started at a script's top level would start once more in every worker.
+    Raises one ConfigError there (the child ends; the run reports the worker's death and this line)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise ConfigError(f"{what} was called while an sfx worker process was starting, i.e. at the top level of "
+                          f"the main module, which every worker imports again: put the call under "
+                          f"`if __name__ == \"__main__\":`")
+
+
 def main(argv: list[str] | None = None) -> int:
+    refuse_in_worker_start("sfx.train.main()")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         algo = requested_algo(argv)
@@ -129,6 +141,7 @@ def train(env: str, experiment: str, **flags: Any) -> TrainResult:
 
     Returns a :class:`TrainResult`; raises :class:`TrainingFailed` when the run failed.
     """
+    refuse_in_worker_start("sfx.train()")
     from sfx.experiment import checkpoint_dir, experiment_dir, list_checkpoints
 
     argv = [f"--env={env}", f"--experiment={experiment}", *flags_to_argv(flags)]
