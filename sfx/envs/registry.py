@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 MakeEnvFn = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=None) -> env
 # flag name -> default, for every env of a family, or computed from the env name (per-env defaults)
 DefaultOverrides = dict | Callable[[str], dict]
+AgentDefaults = dict | Callable[[str], dict]
 AddParamsFn = Callable[[argparse.ArgumentParser], None]
 ValidateFn = Callable[[argparse.Namespace], None]
 # a gymnasium id (``MiniGrid-MemoryS7-v0``, ``ALE/Pong-v5``) -> the env name under which a family serves it, or None
@@ -80,11 +81,19 @@ class EnvFamily:
     compose_fn: ComposeFn | None = None
     # the gymnasium ids this family serves under its own names (see :func:`sfx_names_for_gym_id`)
     gym_id_fn: GymIdFn | None = None
+    # --algo name -> {flag: default} for that agent on this family (beat the agent's own and default_overrides),
+    # or env_name -> such a dict
+    agent_defaults: AgentDefaults = field(default_factory=dict)
 
     def defaults_for(self, env_name: str) -> dict:
         """The flag defaults this family sets for ``env_name`` (a copy)."""
         overrides = self.default_overrides
         return dict(overrides(env_name) if callable(overrides) else overrides)
+
+    def agent_defaults_for(self, env_name: str, algo: str) -> dict:
+        """The flag defaults this family sets for ``--algo=algo`` on ``env_name`` (a copy; {} if none)."""
+        table = self.agent_defaults(env_name) if callable(self.agent_defaults) else self.agent_defaults
+        return dict(table.get(algo, {}))
 
     def matches(self, env_name: str) -> bool:
         """Whether ``env_name`` belongs to this family (a bare prefix names no env)."""
@@ -178,7 +187,7 @@ _families: dict[str, EnvFamily] = {}
 def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
                         default_overrides: DefaultOverrides | None = None,
                         validate_fn: ValidateFn | None = None, compose_fn: ComposeFn | None = None,
-                        gym_id_fn: GymIdFn | None = None) -> None:
+                        gym_id_fn: GymIdFn | None = None, agent_defaults: AgentDefaults | None = None) -> None:
     """Register (or replace) the family of envs whose names start with ``prefix``.
 
     Args:
@@ -193,14 +202,19 @@ def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddP
         compose_fn: for a composite env only: ``(values of the flags known so far) -> Composition``.
         gym_id_fn: ``(gymnasium id) -> env name of this family or None``, for a family that serves
             gymnasium ids under its own names: a user who types the gymnasium id is told the sfx name.
+        agent_defaults: ``{algo: {flag: default}}`` (or ``env_name -> {algo: {flag: default}}``): an agent's
+            defaults on this family's envs, e.g. R2D2 settings that learn a classic-control task where the
+            agent's own are for Atari; they beat the agent's own and ``default_overrides``, show in ``--help``
+            with where they came from, and a command line still overrides them.
     """
     if not prefix or not isinstance(prefix, str):
         raise ValueError(f"an env family prefix must be a non-empty string, got {prefix!r}")
     if prefix in _families:
         log.debug("env family %r registered again: the new one replaces the old", prefix)
     overrides = default_overrides if callable(default_overrides) else dict(default_overrides or {})
+    agents = agent_defaults if callable(agent_defaults) else dict(agent_defaults or {})
     _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, overrides, validate_fn, compose_fn=compose_fn,
-                                  gym_id_fn=gym_id_fn)
+                                  gym_id_fn=gym_id_fn, agent_defaults=agents)
 
 
 def register_env(env_name: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
