@@ -30,9 +30,20 @@ class ArgParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's help ends with its default and, where it is not the trainer's own, where it came from (the
+    agent, the env family, the family for that agent): ``default_source`` on the flag's action."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = super()._get_help_string(action) or ""
+        source = getattr(action, "default_source", None)  # an attribute build_parser adds to some actions only
+        if source and text.endswith("(default: %(default)s)"):
+            text = text[:-1] + f", from {source})"
+        return text
+
+
 def _new_parser(**kwargs: Any) -> ArgParser:
-    return ArgParser(prog="python -m sfx.train", allow_abbrev=False,
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kwargs)
+    return ArgParser(prog="python -m sfx.train", allow_abbrev=False, formatter_class=_HelpFormatter, **kwargs)
 
 
 def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] | None = None,
@@ -79,10 +90,30 @@ def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] 
                     parts.setdefault(key, value)  # the first listed env's default holds
             overrides = {**overrides, **parts, **composition.default_overrides}
         _check_overrides(parser, family.prefix, overrides)
-        parser.set_defaults(**{**overrides, **agent_defaults})
+        # the family's defaults for this agent (e.g. R2D2 settings that learn classic control) beat the agent's own
+        for_agent = family.agent_defaults_for(env, agent.name)
+        unknown = sorted(set(for_agent) - {a.dest for a in parser._actions})
+        if unknown:
+            raise ValueError(f"env family {family.prefix!r} sets --algo={agent.name} defaults of unknown flags: "
+                             f"{unknown}")
+        parser.set_defaults(**{**overrides, **agent_defaults, **for_agent})
+        _label_defaults(parser, [(overrides, f"env family {family.prefix}"), (agent_defaults, f"--algo={agent.name}"),
+                                 (for_agent, f"env family {family.prefix} for --algo={agent.name}")])
+    else:
+        _label_defaults(parser, [(agent_defaults, f"--algo={agent.name}")])
     if evaluation:
         add_eval_args(parser)
     return parser
+
+
+def _label_defaults(parser: argparse.ArgumentParser, layers: list[tuple[dict, str]]) -> None:
+    """Record, for --help, where each flag's default came from: the last of ``layers`` (defaults, source) that
+    sets it (the order ``build_parser`` applies them in)."""
+    actions = {a.dest: a for a in parser._actions}
+    for defaults, source in layers:
+        for dest in defaults:
+            if dest in actions:
+                actions[dest].default_source = source
 
 
 def _agent(name: str) -> Any:

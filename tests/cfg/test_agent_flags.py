@@ -58,3 +58,26 @@ def test_replay_flags_state_their_unit_in_help_and_sac_s_help_needs_no_env():
     for flag in ("--replay_ratio", "--replay_buffer_size"):
         help_text = text.rsplit(f"{flag} {flag.upper()[2:]}", 1)[1][:200]  # the help, not the usage line
         assert "unit:" in help_text, (flag, help_text)
+
+
+def test_env_families_declare_per_agent_defaults_and_help_says_where_each_came_from(tmp_path):
+    from bench.r2d2 import CARTPOLE_FLAGS
+
+    # --algo=R2D2 on classic control with nothing else: the README's CartPole settings (its slow test learns them),
+    # not SEED's Atari ones
+    bare = _parse(tmp_path, "--algo=R2D2", "--env=gym_CartPole-v1")
+    line = _parse(tmp_path, *CARTPOLE_FLAGS)
+    skip = {"num_workers", "num_envs_per_worker", "device", "explicit_args", "command_line"}
+    assert {k: v for k, v in vars(bare).items() if k not in skip} == {k: v for k, v in vars(line).items() if k not in skip}
+    atari = default_cfg("atari_breakout", algo="R2D2")
+    assert (atari.rollout, atari.replay_ratio, atari.replay_buffer_size) == (80, 1.5, 80_000)  # SEED's stay there
+    # the RL Zoo's MuJoCo locomotion SAC starts learning after 10,000 steps; other tasks keep SAC's 100
+    assert default_cfg("mujoco_halfcheetah", algo="SAC").learning_starts == 10_000
+    assert default_cfg("mujoco_invertedpendulum", algo="SAC").learning_starts == 100
+    assert default_cfg("mujoco_halfcheetah", algo="SAC", learning_starts=5).learning_starts == 5
+    out = subprocess.run([sys.executable, "-m", "sfx.train", "--algo=R2D2", "--env=gym_CartPole-v1", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    text = " ".join(out.stdout.split())
+    assert "(default: 8.0, from env family gym_ for --algo=R2D2)" in text  # --replay_ratio
+    assert "(default: 0.001, from --algo=R2D2)" in text  # --adam_eps: the agent's own
+    assert "(default: mlp, from env family gym_)" in text  # --encoder_type: the family's

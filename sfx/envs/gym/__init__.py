@@ -26,6 +26,17 @@ PREFIX = "gym_"
 # (--encoder_mlp_layers 64 64), where 512 units learned on 10 of 10. MuJoCo keeps 64 (its own family).
 DEFAULT_OVERRIDES = {"encoder_type": "mlp", "encoder_subtype": "mlp_mujoco", "hidden_size": 512}
 
+# R2D2 on classic control: the README's CartPole settings (tests/agents/test_r2d2_learning.py: 400 within ~50K env
+# steps). R2D2's own defaults are SEED RL's, for Atari over hundreds of millions of frames; these follow the RL Zoo's
+# classic-control DQN practice: a high update-to-data ratio (8 trained samples per fresh one), a target renewed
+# often (every 50 learner steps), gamma .99, a short n (3), sequences of 16 steps after an 8-step burn-in, a
+# 64-wide GRU, and a small replay (32,000 samples, learning from 800).
+AGENT_DEFAULTS = {
+    "R2D2": {"rollout": 16, "recurrence": 16, "burn_in": 8, "batch_size": 256, "use_rnn": True, "rnn_type": "gru",
+             "hidden_size": 64, "replay_ratio": 8.0, "replay_buffer_size": 32_000, "replay_buffer_min_size": 800,
+             "target_update_period": 50, "learning_rate": 1e-3, "gamma": 0.99, "n_step": 3},
+}
+
 
 def gym_id(full_env_name: str) -> str:
     """``gym_CartPole-v1`` -> ``CartPole-v1``."""
@@ -128,4 +139,4 @@ def make_gymnasium_as_agent(env_id: str, cfg: Any, env_config: dict | None, rend
 
 def register_family() -> None:
     register_env_family(PREFIX, make_gym_env, add_params_fn=add_gym_params,
-                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_gym_cfg)
+                        default_overrides=DEFAULT_OVERRIDES, agent_defaults=AGENT_DEFAULTS, validate_fn=validate_gym_cfg)

@@ -74,6 +74,17 @@ DEFAULT_OVERRIDES: dict[str, Any] = {
 }
 
 
+# the RL Zoo's SAC on its MuJoCo locomotion entries: learning starts after 10,000 steps (SB3's own default, and
+# SAC's here, is 100); the other tasks (reachers, pendulums) keep the agent's own
+SAC_LOCOMOTION = ("halfcheetah", "hopper", "walker", "walker2d", "ant", "humanoid", "swimmer")
+
+
+def agent_defaults(full_env_name: str) -> dict[str, dict[str, Any]]:
+    """Per-agent defaults of ``mujoco_<task>``: SAC's ``--learning_starts`` on the locomotion tasks."""
+    short = full_env_name[len(PREFIX):].lower()
+    return {"SAC": {"learning_starts": 10_000}} if short in SAC_LOCOMOTION else {}
+
+
 def mujoco_id(full_env_name: str) -> str:
     """``mujoco_halfcheetah`` -> ``HalfCheetah-v5``; :class:`ConfigError` (with close matches) if unknown."""
     short = full_env_name[len(PREFIX):] if full_env_name.startswith(PREFIX) else full_env_name
@@ -133,5 +144,6 @@ def served_gym_id(gym_id: str) -> str | None:
 def register_family() -> None:
     """Register the ``mujoco_`` family (called by the registry on first use of a ``mujoco_`` name)."""
     register_env_family(PREFIX, make_mujoco_env, add_params_fn=add_mujoco_params,
-                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_mujoco_cfg,
+                        default_overrides=DEFAULT_OVERRIDES, agent_defaults=agent_defaults,
+                        validate_fn=validate_mujoco_cfg,
                         gym_id_fn=served_gym_id)
