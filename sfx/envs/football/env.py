@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -31,7 +34,11 @@ def import_gfootball(env_name: str = "football_") -> ModuleType:
     """``gfootball.env``, imported on first use; :class:`ConfigError` (one line, with the install step) if missing."""
     try:
         importlib.import_module("gfootball_engine")
-        return importlib.import_module("gfootball.env")
+        # gym (before 0.26, which gfootball 2.10.2 needs) prints a notice that it is unmaintained to stderr and
+        # warns about its own deprecations on import, in every worker process: that is gfootball's business
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            return importlib.import_module("gfootball.env")
     except ImportError as e:
         raise ConfigError(f"env family football_ (--env={env_name}) needs the optional package gfootball>=2.10.2, "
                           f"which cannot be imported ({type(e).__name__}: {e}); {INSTALL_HINT}") from None
@@ -114,11 +121,14 @@ class FootballEnv(MultiAgentEnv):
         options: dict[str, Any] = {}
         if render_mode is not None:
             options.update(render_resolution_x=render_width, render_resolution_y=int(0.5625 * render_width))
-        self._env = gfootball_env.create_environment(
-            env_name=scenario, stacked=stacked, representation=representation, rewards=rewards,
-            channel_dimensions=SMM_SIZES[smm_size], number_of_left_players_agent_controls=left_players,
-            logdir="", write_goal_dumps=False, write_full_episode_dumps=False, write_video=False,
-            render=render_mode is not None, other_config_options=options)
+        with warnings.catch_warnings():
+            # gfootball's wrappers use gym's old step API, which gym warns about once per wrapper
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._env = gfootball_env.create_environment(
+                env_name=scenario, stacked=stacked, representation=representation, rewards=rewards,
+                channel_dimensions=SMM_SIZES[smm_size], number_of_left_players_agent_controls=left_players,
+                logdir="", write_goal_dumps=False, write_full_episode_dumps=False, write_video=False,
+                render=render_mode is not None, other_config_options=options)
         self.observation_space = observation_space(representation, stacked, smm_size)
         self.action_space = gymnasium.spaces.Discrete(NUM_ACTIONS)
         self._rng: np.random.Generator | None = None
@@ -143,7 +153,13 @@ class FootballEnv(MultiAgentEnv):
             return
         # gfootball reads game_engine_random_seed from its config at every reset; create_environment's
         # other_config_options sets it once, which would replay one game forever, so each episode gets a new one
-        self._env.unwrapped._config["game_engine_random_seed"] = int(self._rng.integers(0, 2_000_000_000))
+        config = self._env.unwrapped._config
+        seed = int(self._rng.integers(0, 2_000_000_000))
+        config["game_engine_random_seed"] = seed
+        # gfootball derives this from the seed of the env's first episode (drawn unseeded when the env is made)
+        # and keeps it: derived from each episode's seed instead, as gfootball does for that first one.
+        # (Reading config[...] back would give the previous episode's value: its per-episode values come first.)
+        config["reverse_team_processing"] = bool(seed % 2)
 
     def reset(self, seed: int | None = None) -> tuple[list[Any], list[dict]]:
         if seed is None and self._rng is None:
