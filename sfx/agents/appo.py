@@ -21,7 +21,7 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch, tree_map
 from sfx.agents.kit import gradient_step
-from sfx.algo.appo import (ADVANTAGE_ESTIMATORS, LOSS_TERMS, POLICY_LOSSES, APPOParams, appo_loss_terms, appo_targets,
+from sfx.algo.appo import (ADVANTAGE_ESTIMATORS, LOSS_TERMS, POLICY_LOSSES, REPLAYED_LOSSES, APPOParams, appo_loss_terms, appo_targets,
                             normalize_advantages)
 from sfx.algo.clear import clear_cloning_terms
 from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
@@ -182,9 +182,12 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
         returns_norm = model.normalize_values(targets.returns, tasks)
         old_values_norm = model.normalize_values(mb["values"], tasks)
 
+    replayed = None
+    if "replayed" in mb:
+        replayed = mb["replayed"].reshape(-1, 1).expand_as(valids) if mb["replayed"].dim() == 1 else mb["replayed"]
     terms = appo_loss_terms(dist, old_dist, log_prob, mb["log_probs"], targets, returns_norm, out.values,
                             out.values_normalized, old_values_norm, valids, params,
-                            None if vmpo_duals is None else vmpo_duals[0])
+                            None if vmpo_duals is None else vmpo_duals[0], replayed)
     loss = None
     for name, coeff in params.coefficients.items():
         weighted = coeff * getattr(terms, name)
@@ -328,6 +331,13 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
                         "trajectories (ratios sum to 1); queue = the fresh stream, standard = uniform from the last "
                         "capacity trajectories, custom = attentive / elite sampling by feature distance (README, "
                         "Experience replay). None = no replay")
+    g.add_argument("--replayed_loss", choices=list(REPLAYED_LOSSES), default="ppo",
+                   help="how replayed samples (--replay_parameters) are trained: ppo = like fresh ones, PPO's ratio "
+                        "clip and the value clip around the value recorded when they were acted (many versions old: "
+                        "the clips leave a share of them without gradient, TensorBoard's clip/*_replayed); impala = "
+                        "the V-trace replay platform's IMPALA loss on them: -A log pi with V-trace's rho-clipped "
+                        "advantages and an unclipped value loss (fresh samples keep PPO's). Needs --policy_loss=ppo "
+                        "and a replaying buffer")
     g.add_argument("--clear_policy_coeff", type=float, default=0.0,
                    help="CLEAR policy cloning on replayed samples: coefficient of KL(behaviour || current); 0 = off")
     g.add_argument("--clear_value_coeff", type=float, default=0.0,
@@ -344,6 +354,8 @@ def validate_appo_cfg(cfg: Any) -> None:
                           f"{', '.join(ADVANTAGE_ESTIMATORS)}")
     if cfg.policy_loss not in POLICY_LOSSES:
         raise ConfigError(f"--policy_loss={cfg.policy_loss} is not known; allowed: {', '.join(POLICY_LOSSES)}")
+    if cfg.replayed_loss not in REPLAYED_LOSSES:
+        raise ConfigError(f"--replayed_loss={cfg.replayed_loss} is not known; allowed: {', '.join(REPLAYED_LOSSES)}")
     if not isinstance(cfg.n_step, int) or isinstance(cfg.n_step, bool) or cfg.n_step < 1:
         raise ConfigError(f"--n_step={cfg.n_step} must be an integer >= 1")
     for name in ("vtrace_rho", "vtrace_c", "ppo_clip_ratio", "awr_beta", "awr_max_weight", "vmpo_eps_eta",
@@ -376,6 +388,10 @@ def validate_appo_cfg(cfg: Any) -> None:
                           f"corrects for; {how} does not: allowed: V-trace (--advantage_estimator=vtrace, or auto "
                           f"with --with_vtrace=True) with replay, or no replaying buffer (--replay_parameters=None, "
                           f"or queue only)")
+    if cfg.replayed_loss == "impala" and not (replays and cfg.policy_loss == "ppo"):
+        raise ConfigError(f"--replayed_loss=impala trains replayed samples with IMPALA's loss instead of PPO's: it needs "
+                          f"--policy_loss=ppo (now {cfg.policy_loss}) and --replay_parameters with a standard or custom "
+                          f"buffer (now {cfg.replay_parameters!r})")
     if (cfg.clear_policy_coeff or cfg.clear_value_coeff) and not replays:
         raise ConfigError(f"--clear_policy_coeff / --clear_value_coeff clone on replayed samples: set "
                           f"--replay_parameters with a standard or custom buffer (now: {cfg.replay_parameters!r})")

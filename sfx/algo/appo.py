@@ -43,12 +43,13 @@ from sfx.algo.returns import monte_carlo_returns, nstep_returns
 from sfx.algo.targets import Targets, scale_rewards
 from sfx.algo.vtrace import vtrace
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "APPOParams", "EXPLORATION_LOSSES", "POLICY_LOSSES", "LOSS_TERMS", "LossTerms", "TrajectoryOutputs", "appo_loss_terms",
+__all__ = ["ADVANTAGE_ESTIMATORS", "APPOParams", "EXPLORATION_LOSSES", "POLICY_LOSSES", "REPLAYED_LOSSES", "LOSS_TERMS", "LossTerms", "TrajectoryOutputs", "appo_loss_terms",
            "appo_targets", "normalize_advantages"]
 
 EXPLORATION_LOSSES = ("entropy", "symmetric_kl")
 # auto: V-trace with with_vtrace, else GAE (what with_vtrace alone chose before the estimators were a choice)
 ADVANTAGE_ESTIMATORS = ("auto", "gae", "vtrace", "nstep", "mc")
+REPLAYED_LOSSES = ("ppo", "impala")
 LOSS_TERMS = ("policy", "value", "exploration", "kl")  # the LossTerms fields the learner sums
 
 
@@ -81,10 +82,11 @@ class APPOParams:
     awr_max_weight: float = 20.0
     vmpo_eps_eta: float = 0.01
     vmpo_eps_alpha: float = 0.005
+    replayed_loss: str = "ppo"
 
     def __post_init__(self) -> None:
         for name, allowed in (("exploration_loss", EXPLORATION_LOSSES), ("advantage_estimator", ADVANTAGE_ESTIMATORS),
-                              ("policy_loss", POLICY_LOSSES)):
+                              ("policy_loss", POLICY_LOSSES), ("replayed_loss", REPLAYED_LOSSES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not known; allowed: {', '.join(allowed)}")
 
@@ -257,7 +259,8 @@ def appo_targets(rewards: torch.Tensor, terminated: torch.Tensor, truncated: tor
 def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_prob: torch.Tensor,
                     old_log_prob: torch.Tensor, targets: Targets, returns_normalized: torch.Tensor,
                     values: torch.Tensor, values_normalized: torch.Tensor, old_values_normalized: torch.Tensor,
-                    valids: torch.Tensor, params: APPOParams, vmpo_raw_duals: torch.Tensor | None = None) -> LossTerms:
+                    valids: torch.Tensor, params: APPOParams, vmpo_raw_duals: torch.Tensor | None = None,
+                    replayed: torch.Tensor | None = None) -> LossTerms:
     """The loss terms of a minibatch (module docstring, second block), masked to ``valids``.
 
     Args:
@@ -274,6 +277,11 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         params: ``ppo_clip_ratio, ppo_clip_value, exploration_loss``, ``policy_loss`` and its parameters.
         vmpo_raw_duals: ``[2]`` V-MPO's learned parameters (``sfx.algo.policy_losses.vmpo_duals``); needed with
             ``policy_loss="vmpo"``, unused otherwise.
+        replayed: ``[B, T]`` bool, the samples that come from a replay buffer (None: none). With
+            ``replayed_loss="impala"`` they are trained as the V-trace replay platform trains them, IMPALA's loss:
+            ``-A log pi`` (V-trace's policy-gradient advantages already carry the clipped ratio) and the unclipped
+            value loss, instead of PPO's ratio clip and the value clip around their stale recorded values; each
+            term is then the mean over all valid samples of the fresh samples' PPO terms and the replayed ones'.
 
     Returns:
         ``LossTerms``.
@@ -283,7 +291,15 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
     ratio = torch.exp(log_prob.detach() - old_log_prob.detach())
     policy_stats = None
     adv = targets.advantages
-    if params.policy_loss == "ppo":
+    impala_rows = None
+    if params.replayed_loss == "impala" and replayed is not None and bool((replayed & valids).any()):
+        impala_rows = replayed & valids
+    if params.policy_loss == "ppo" and impala_rows is not None:
+        fresh_rows = valids & ~replayed
+        share = impala_rows.sum().to(adv.dtype) / valids.sum().to(adv.dtype)
+        clipped, ratio = ppo_policy_loss(log_prob, old_log_prob, adv, params.ppo_clip_ratio, fresh_rows)
+        policy = (1.0 - share) * clipped + share * vpg_loss(log_prob, adv, impala_rows)
+    elif params.policy_loss == "ppo":
         policy, ratio = ppo_policy_loss(log_prob, old_log_prob, adv, params.ppo_clip_ratio, valids)
     elif params.policy_loss == "vpg":
         policy = vpg_loss(log_prob, adv, valids)
@@ -303,8 +319,14 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         policy_stats = {"vmpo/eta": eta.detach(), "vmpo/alpha": alpha.detach(), "vmpo/weights_kl": vm.weights_kl,
                         "loss/vmpo_policy": vm.policy.detach(), "loss/vmpo_temperature": vm.temperature.detach(),
                         "loss/vmpo_trust_region": vm.trust_region.detach()}
-    value = ppo_value_loss(values_normalized, old_values_normalized, returns_normalized, params.ppo_clip_value,
-                           valids)
+    if impala_rows is None:
+        value = ppo_value_loss(values_normalized, old_values_normalized, returns_normalized, params.ppo_clip_value,
+                               valids)
+    else:
+        share = impala_rows.sum().to(values_normalized.dtype) / valids.sum().to(values_normalized.dtype)
+        value = (1.0 - share) * ppo_value_loss(values_normalized, old_values_normalized, returns_normalized,
+                                               params.ppo_clip_value, valids & ~replayed) \
+            + share * ppo_value_loss(values_normalized, old_values_normalized, returns_normalized, None, impala_rows)
     entropy = dist.entropy().reshape(shape)
     if params.exploration_loss == "symmetric_kl":
         exploration = symmetric_kl_loss(dist.symmetric_kl_with_uniform().reshape(shape), valids)

@@ -128,3 +128,14 @@ def test_replayed_rows_report_how_much_the_clips_leave_untrained(tmp_path):
         fractions.append(stats["clip/policy_replayed"])
     assert 0.0 < fractions[0] < 1.0
     assert sum(fractions) == pytest.approx(1.0)
+
+
+def test_replayed_loss_impala_needs_ppo_and_a_replaying_buffer():
+    with pytest.raises(ConfigError, match="--replayed_loss=impala.*--replay_parameters"):
+        default_cfg(env="gym_CartPole-v1", replayed_loss="impala")
+    with pytest.raises(ConfigError, match="--replayed_loss=impala.*--policy_loss=ppo \\(now awr\\)"):
+        default_cfg(env="gym_CartPole-v1", replayed_loss="impala", replay_parameters=STANDARD, policy_loss="awr")
+    with pytest.raises(ConfigError, match="--replayed_loss=sgd"):
+        default_cfg(env="gym_CartPole-v1", replayed_loss="sgd")
+    cfg = default_cfg(env="gym_CartPole-v1", replayed_loss="impala", replay_parameters=STANDARD)
+    assert cfg.replayed_loss == "impala"

@@ -233,3 +233,47 @@ def test_params_from_cfg_reads_the_cfg_fields():
     p = APPOParams.from_cfg(cfg)
     assert (p.gamma, p.exploration_loss, p.coefficients["kl"], p.vtrace_lambda) == (0.95, "symmetric_kl", 0.2, 0.9)
     assert p.coefficients["value"] == cfg.value_loss_coeff
+
+
+def test_replayed_rows_with_the_impala_loss():
+    """--replayed_loss=impala: replayed samples contribute -A log pi (no ratio clip) and the unclipped squared error
+    (no clip around their stale values), fresh ones PPO's terms; each term averages over all valid samples. Written
+    out sample by sample."""
+    d = _batch(4)
+    d["logits"].requires_grad_()
+    d["values_norm"].requires_grad_()
+    p = dataclasses.replace(PARAMS, replayed_loss="impala", ppo_clip_value=0.2)
+    targets = _targets(d, p)
+    B, T = d["values"].shape
+    replayed = torch.zeros(B, T, dtype=torch.bool)
+    replayed[1] = True
+    dist, old_dist = Categorical(d["logits"]), Categorical(d["old_logits"])
+    log_prob = dist.log_prob(d["actions"]).reshape(B, T)
+    old_log_prob = old_dist.log_prob(d["actions"]).reshape(B, T)
+    terms = appo_loss_terms(dist, old_dist, log_prob, old_log_prob, targets, d["returns_norm"], d["values"],
+                            d["values_norm"], d["old_values_norm"], d["valids"], p, replayed=replayed)
+    policy, value, n = 0.0, 0.0, 0
+    eps, clip = p.ppo_clip_ratio, p.ppo_clip_value
+    for b in range(B):
+        for t in range(T):
+            if not d["valids"][b, t]:
+                continue
+            n += 1
+            a, lp, olp = float(targets.advantages[b, t]), float(log_prob[b, t]), float(old_log_prob[b, t])
+            v, ov, r = float(d["values_norm"][b, t]), float(d["old_values_norm"][b, t]), float(d["returns_norm"][b, t])
+            if replayed[b, t]:
+                policy += -a * lp
+                value += 0.5 * (v - r) ** 2
+            else:
+                ratio = math.exp(lp - olp)
+                policy += -min(ratio * a, min(max(ratio, 1 - eps), 1 + eps) * a)
+                vc = ov + min(max(v - ov, -clip), clip)
+                value += 0.5 * max((v - r) ** 2, (vc - r) ** 2)
+    assert terms.policy.item() == pytest.approx(policy / n, rel=1e-10)
+    assert terms.value.item() == pytest.approx(value / n, rel=1e-10)
+    # the default trains replayed rows like fresh ones, bit for bit as without the mask
+    plain = _loss_terms(d, targets, dataclasses.replace(p, replayed_loss="ppo"))
+    default = appo_loss_terms(dist, old_dist, log_prob, old_log_prob, targets, d["returns_norm"], d["values"],
+                              d["values_norm"], d["old_values_norm"], d["valids"],
+                              dataclasses.replace(p, replayed_loss="ppo"), replayed=replayed)
+    assert torch.equal(plain.policy, default.policy) and torch.equal(plain.value, default.value)
