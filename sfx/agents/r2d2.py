@@ -30,7 +30,8 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, Stepped
 from sfx.agents.kit import TargetNetwork, gradient_step
-from sfx.agents.replay_store import APPO_ONLY_FLAGS
+from sfx.agents.replay_store import APPO_ONLY_FLAGS, check_replay_disk, check_saved_replay
+from sfx.cfg.flag_types import add_bool_arg
 from sfx.algo.qlearning import (actor_epsilons, double_q_targets, r2d2_loss, scale_rewards, sequence_priorities,
                                 td_errors)
 from sfx.errors import ConfigError
@@ -106,6 +107,10 @@ def add_r2d2_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--replay_buffer_min_size", type=int, default=800,
                    help="unit: samples; learning starts once the buffer holds this many (in sequences of "
                         "--rollout steps); SEED RL's 10 sequences of 80")
+    add_bool_arg(g, "save_replay_buffer", False,
+                 "keep the replay buffer in every checkpoint (SB3's save_replay_buffer), so that a resumed run goes on "
+                 "with its data instead of refilling it; the disk it needs is checked at start, a saved replay of "
+                 "another size is refused. One rank only (with several, each rank's replay stays its own)")
     g.add_argument("--priority_exponent", type=float, default=0.9, help="alpha: sampling probability ~ priority^alpha")
     g.add_argument("--importance_sampling_exponent", type=float, default=0.6,
                    help="beta of the importance weights (N P(i))^-beta, normalised by the batch's largest")
@@ -207,7 +212,15 @@ class R2D2(Agent):
         needed = int(sequences * trajectory_bytes * (cfg.rollout + cfg.burn_in) / cfg.rollout)
         check_replay_memory(needed, cfg.num_policies, f"--replay_buffer_size={cfg.replay_buffer_size} samples "
                                                       f"({sequences:,} sequences)")
+        if cfg.save_replay_buffer:
+            check_replay_disk(needed, cfg)
         return needed
+
+    @classmethod
+    def check_checkpoint(cls, cfg: Any, model: torch.nn.Module, checkpoint: Mapping[str, Any], where: str) -> None:
+        super().check_checkpoint(cfg, model, checkpoint, where)
+        if cfg.save_replay_buffer:
+            check_saved_replay(checkpoint, cls.sequences(cfg, cfg.replay_buffer_size), "sequences", where)
 
     @classmethod
     def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
@@ -292,8 +305,11 @@ class R2D2(Agent):
         batch.stats.update(self.store.stats())  # the stored priorities' spread, once per iteration
 
     def learning_state(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "target_model": self.target.state_dict(),
-                "target_updates": self.updates}
+        state = {"optimizer": self.optimizer.state_dict(), "target_model": self.target.state_dict(),
+                 "target_updates": self.updates}
+        if self.cfg.save_replay_buffer and self.group is None and self.store is not None:
+            state["replay"] = self.store.replay_state()
+        return state
 
     def load_learning_state(self, state: Mapping[str, Any]) -> None:
         if "optimizer" in state:
@@ -301,6 +317,8 @@ class R2D2(Agent):
         # no target network saved: it starts as the loaded online weights
         self.target.load_state_dict(state.get("target_model"), self.model)
         self.updates = int(state.get("target_updates", self.updates))
+        if self.cfg.save_replay_buffer and self.group is None and state.get("replay") is not None:
+            self.store.load_replay_state(state["replay"], self.sequences(self.cfg, self.cfg.replay_buffer_size))
 
     def apply_params(self, params: Mapping[str, Any]) -> None:
         for group in self.optimizer.param_groups:

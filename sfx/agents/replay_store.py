@@ -24,7 +24,8 @@ import torch
 from sfx.agents.base import Batch, tree_map
 from sfx.errors import ConfigError
 
-__all__ = ["APPO_ONLY_FLAGS", "ReplayRing", "ReplayStore", "check_replay_memory", "seeded_generator"]
+__all__ = ["APPO_ONLY_FLAGS", "ReplayRing", "ReplayStore", "check_replay_disk", "check_replay_memory",
+           "check_saved_replay", "seeded_generator"]
 
 MEMORY_HEADROOM = 1.1
 
@@ -47,6 +48,35 @@ def seeded_generator(seed: int | None) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(0 if seed is None else int(seed))
     return g
+
+
+def check_saved_replay(checkpoint: Any, rows: int, unit: str, where: str) -> None:
+    """:class:`ConfigError` when ``checkpoint`` holds a replay (``--save_replay_buffer``) of another number of
+    rows than this run's flags make (``rows`` of ``unit``): a resumed run must continue with its data as saved."""
+    saved = checkpoint.get("replay")
+    if saved is not None and int(saved["capacity"]) not in (0, rows):
+        raise ConfigError(f"the checkpoint in {where} holds a replay of {saved['capacity']:,} {unit}, the current "
+                          f"flags make {rows:,}: keep --replay_buffer_size and --rollout as they were, or resume "
+                          f"with --save_replay_buffer=False (the replay refills)")
+
+
+def check_replay_disk(bytes_per_policy: int, cfg: Any) -> None:
+    """:class:`ConfigError` when ``--save_replay_buffer`` checkpoints (``--keep_checkpoints`` of them, and one
+    being written) cannot fit on ``--train_dir``'s disk: said at start, not when the first save fails."""
+    import shutil
+    from pathlib import Path
+
+    path = Path(cfg.train_dir).expanduser()
+    while not path.exists():
+        path = path.parent
+    needed = bytes_per_policy * cfg.num_policies * (cfg.keep_checkpoints + 1)
+    free = shutil.disk_usage(path).free
+    if needed > free:
+        mib = 1024 * 1024
+        raise ConfigError(f"--save_replay_buffer=True keeps the replay in every checkpoint: {math.ceil(needed / mib):,} "
+                          f"MiB for --keep_checkpoints={cfg.keep_checkpoints} (and one being written) but "
+                          f"{cfg.train_dir} has {free // mib:,} MiB free; lower --replay_buffer_size or "
+                          f"--keep_checkpoints, or --save_replay_buffer=False")
 
 
 def check_replay_memory(bytes_per_policy: int, num_policies: int, flags: str) -> None:
@@ -161,6 +191,43 @@ class ReplayStore(ReplayRing):
         """``k`` minibatches of :meth:`due` back to the credit (negative: owed): ranks agree on one count per
         iteration, and each rank's credit carries its difference from it."""
         self.credit += k * samples_per_minibatch
+
+    # ------------------------------------------------------------------------------------ checkpoints
+
+    # the attributes besides the ring a store's state holds (counters, positions of its own side rings)
+    state_fields: tuple[str, ...] = ()
+
+    def replay_state(self) -> dict[str, Any]:
+        """Everything a resumed run needs to go on with this store's data (``--save_replay_buffer``): the ring
+        (every row: side rings such as SAC's final observations have their own lengths), its position, the
+        credit, the random stream, :attr:`state_fields`, and :meth:`extra_state`."""
+        return {"capacity": self.capacity, "size": self.size, "next": self.next, "credit": self.credit,
+                # the tensors themselves, not copies: a checkpoint serialises them, and a copy would double the memory
+                "data": self.data,
+                "generator": self.generator.get_state(), **{k: getattr(self, k) for k in self.state_fields},
+                **self.extra_state()}
+
+    def load_replay_state(self, state: dict[str, Any], capacity: int) -> None:
+        """The inverse of :meth:`replay_state`; ``capacity``: this run's rows, which must be the saved ones
+        (:func:`check_saved_replay` said so at start). A checkpoint loaded onto a GPU brings its tensors back to
+        host memory, where the ring lives."""
+        if state["data"] is None:
+            return  # saved before anything was stored: nothing to go on with
+        if int(state["capacity"]) != capacity:
+            raise ValueError(f"a saved replay of {state['capacity']} rows into a store of {capacity}")
+        self.capacity, self.size, self.next = capacity, int(state["size"]), int(state["next"])
+        self.credit = float(state["credit"])
+        self.data = tree_map(lambda v: v.cpu(), state["data"])
+        self.generator.set_state(state["generator"].cpu())
+        for k in self.state_fields:
+            setattr(self, k, state[k])
+        self.load_extra_state(state)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
 
     # ------------------------------------------------------------------------------------ minibatches
 

@@ -46,7 +46,7 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch
 from sfx.agents.kit import TargetNetwork, gradient_step
-from sfx.agents.replay_store import APPO_ONLY_FLAGS
+from sfx.agents.replay_store import APPO_ONLY_FLAGS, check_replay_disk, check_saved_replay
 from sfx.algo.sac import (SquashedGaussian, actor_loss, clipped_double_q_target, critic_loss, default_target_entropy,
                           temperature_loss)
 from sfx.cfg.flag_types import add_bool_arg
@@ -131,6 +131,10 @@ def add_sac_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--replay_buffer_size", type=int, default=1_000_000,
                    help="unit: samples (transitions) kept in the replay (uniform sampling); checked at start against "
                         "free memory")
+    add_bool_arg(g, "save_replay_buffer", False,
+                 "keep the replay buffer in every checkpoint (SB3's save_replay_buffer), so that a resumed run goes on "
+                 "with its data instead of refilling it; the disk it needs is checked at start, a saved replay of "
+                 "another size is refused. One rank only (with several, each rank's replay stays its own)")
     g.add_argument("--n_step", type=int, default=1,
                    help="n-step targets: rewards of n steps summed before bootstrapping (1: the paper's)")
     g.add_argument("--actor_learning_rate", type=float, default=3e-4, help="Adam learning rate of the actor")
@@ -248,7 +252,18 @@ class SAC(Agent):
         # a stored row is a trajectory slot (its final observations go to a ring of one per row): an upper bound
         needed = rows_for(cfg.replay_buffer_size, cfg.rollout) * trajectory_bytes
         check_replay_memory(needed, cfg.num_policies, f"--replay_buffer_size={cfg.replay_buffer_size} transitions")
+        if cfg.save_replay_buffer:
+            check_replay_disk(needed, cfg)
         return needed
+
+    @classmethod
+    def check_checkpoint(cls, cfg: Any, model: torch.nn.Module, checkpoint: Mapping[str, Any], where: str) -> None:
+        from sfx.agents.transition_replay import rows_for
+
+        super().check_checkpoint(cfg, model, checkpoint, where)
+        if cfg.save_replay_buffer:
+            check_saved_replay(checkpoint, rows_for(cfg.replay_buffer_size, cfg.rollout), f"rows of {cfg.rollout}",
+                               where)
 
     @classmethod
     def pbt_hyperparameters(cls, cfg: Any) -> dict[str, tuple[float, float]]:
@@ -370,7 +385,9 @@ class SAC(Agent):
         return {"actor_optimizer": self.actor_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
                 "alpha_optimizer": self.alpha_optimizer.state_dict(),
-                "target_critic": self.target_critic.state_dict(), "log_alpha": self.log_alpha.detach().clone()}
+                "target_critic": self.target_critic.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                **({"replay": self.store.replay_state()}
+                   if self.cfg.save_replay_buffer and self.group is None and self.store is not None else {})}
 
     def load_learning_state(self, state: Mapping[str, Any]) -> None:
         for key, opt in (("actor_optimizer", self.actor_optimizer), ("critic_optimizer", self.critic_optimizer),
@@ -382,6 +399,10 @@ class SAC(Agent):
         if "log_alpha" in state:
             with torch.no_grad():
                 self.log_alpha.copy_(torch.as_tensor(state["log_alpha"]).to(self.log_alpha.device))
+        if self.cfg.save_replay_buffer and self.group is None and state.get("replay") is not None:
+            from sfx.agents.transition_replay import rows_for
+
+            self.store.load_replay_state(state["replay"], rows_for(self.cfg.replay_buffer_size, self.cfg.rollout))
 
     def apply_params(self, params: Mapping[str, Any]) -> None:
         for opt, name in ((self.actor_optimizer, "actor_learning_rate"),

@@ -15,7 +15,8 @@ PrioritizedSampler`, exponent ``--priority_exponent``), with importance weights 
 ``--importance_sampling_exponent``, normalised by the batch's largest). A new sequence's priority comes
 from the acting side: the TD errors of the Q-values the policy worker stored (``q_taken``, ``q_max``), so
 no learner compute is spent on insertion. The agent puts the priorities its step measures back
-(:meth:`update_priorities`). Not checkpointed: a resumed run refills the buffer.
+(:meth:`update_priorities`). Checkpointed with ``--save_replay_buffer`` (:meth:`replay_state`; the actors' last
+trajectories are not, so each one's first sequence after a resume has no prefix); otherwise a resumed run refills it.
 
 The update-to-data ratio: ``--replay_ratio`` trained steps per fresh step (SEED's meaning: the average
 number of times each observation is trained on; the store base's credit). Each iteration inserts its fresh
@@ -139,6 +140,17 @@ class PrioritizedSequences(ReplayStore):
 
     def update_priorities(self, ids: torch.Tensor, priorities: torch.Tensor) -> None:
         self.sampler.update(ids.cpu(), priorities.detach().double().cpu())
+
+    state_fields = ("inserted",)
+
+    def extra_state(self) -> dict[str, Any]:
+        # the actors' last trajectories (the burn-in prefixes of their next ones) are not kept: each actor's first
+        # sequence after a resume starts from its stored state, as after a restarted worker
+        return {"priorities": self.sampler.get(torch.arange(self.size)).clone()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if self.size:
+            self.sampler.update(torch.arange(self.size), state["priorities"].cpu())
 
     def stats(self) -> dict[str, float]:
         stored = self.sampler.get(torch.arange(self.size)) if self.size else torch.zeros(1)

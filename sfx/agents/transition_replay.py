@@ -20,8 +20,9 @@ The update-to-data ratio (the store base's credit, :class:`sfx.agents.replay_sto
 inserts its fresh transitions and earns ``replay_ratio x`` their count in trained transitions; :meth:`due` spends
 it in whole minibatches (each gradient step one), once ``learning_starts`` transitions were stored. The learner trains that many steps before it takes the next
 fresh batch, and trajectory slots are freed only when a batch is taken, so sampling waits for a learner that
-falls behind, and a fast sampler never makes it train faster than the ratio. Not checkpointed: a resumed run
-refills it (and waits ``learning_starts`` again).
+falls behind, and a fast sampler never makes it train faster than the ratio. Checkpointed with
+``--save_replay_buffer`` (:meth:`replay_state`); otherwise a resumed run refills it (and waits ``learning_starts``
+again).
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class TransitionReplay(ReplayStore):
     @property
     def rows(self) -> int:
         return self.capacity
+
+    state_fields = ("valid_count", "final_next", "final_lost", "inserted", "gradient_steps", "counted_steps")
 
     # ------------------------------------------------------------------------------------ the source
 

@@ -178,7 +178,7 @@ def test_the_replay_ratio_sets_the_minibatches_and_learning_waits_for_the_minimu
 
 
 def test_it_trains_in_worker_processes_checkpoints_the_target_network_and_resumes(tmp_path):
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, save_replay_buffer=True)
     result = run_training(cfg)
     assert result["status"] == "done" and result["env_steps"] >= 6000
     stats = result["train_stats"][0]
@@ -189,10 +189,14 @@ def test_it_trains_in_worker_processes_checkpoints_the_target_network_and_resume
     ckpt = load_latest_checkpoint(cfg, 0)
     assert {"optimizer", "target_model", "target_updates"} <= set(ckpt) and "advantage_stats" not in ckpt
     assert ckpt["target_updates"] == ckpt["train_step"] > 0
+    # --save_replay_buffer: the replay is in the checkpoint, and the resumed run goes on with it
+    assert ckpt["replay"]["size"] > 0 and ckpt["replay"]["data"]["obs"]["obs"].shape[0] == 500
     saved = json.loads((tmp_path / "r2d2" / "cfg.json").read_text())
     assert saved["algo"] == "R2D2" and saved["burn_in"] == 8 and "ppo_epochs" not in saved
-    again = run_training(_cfg(tmp_path, train_for_env_steps=9000))
+    again = run_training(_cfg(tmp_path, train_for_env_steps=9000, save_replay_buffer=True))
     assert again["status"] == "done" and again["env_steps"] >= 9000
+    # the resumed replay went on counting from the saved one (a refilled one would count 3,000 steps' worth only)
+    assert again["train_stats"][0]["replay/inserted"] > ckpt["replay"]["inserted"] > 3000 / 16
     assert load_latest_checkpoint(cfg, 0)["train_step"] > ckpt["train_step"]
 
 

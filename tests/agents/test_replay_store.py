@@ -69,3 +69,72 @@ def test_the_memory_error_names_the_agent_s_own_flags():
                                           r"\(--num_policies=2\).*; lower --replay_buffer_size ") as e:
         check_replay_memory(10 ** 18, 2, "--replay_buffer_size=9 sequences")
     assert "replay_parameters" not in str(e.value) and "\n" not in str(e.value)
+
+
+def _through_a_checkpoint(state, tmp_path):
+    torch.save(state, tmp_path / "ckpt.pth")
+    return torch.load(tmp_path / "ckpt.pth", weights_only=False)
+
+
+def test_r2d2_s_replay_resumes_with_the_same_contents_priorities_and_draws(tmp_path):
+    import gymnasium
+
+    from sfx.agents.r2d2 import R2D2
+    from sfx.models.q_network import QNetwork
+    from tests.agents.test_r2d2 import _acted_trajectories, _cfg
+
+    cfg = _cfg(tmp_path, hidden_size=8, rollout=8, recurrence=8, burn_in=4, batch_size=16, replay_buffer_size=400,
+               replay_buffer_min_size=16, save_replay_buffer=True)
+    model = QNetwork(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(2))
+    trajs = _acted_trajectories(model, steps=32, T=8, actors=2)
+    saved = R2D2(cfg, model, torch.device("cpu"))
+    store = saved.sample_source(ListedFresh(trajs))
+    for _ in trajs:
+        store.next_batch(3)
+    store.update_priorities(torch.tensor([1, 4]), torch.tensor([5.0, 0.25]))
+    state = _through_a_checkpoint(saved.learning_state(), tmp_path)
+    resumed = R2D2(cfg, QNetwork(cfg, model.obs_space, model.action_space), torch.device("cpu"))
+    again = resumed.sample_source(ListedFresh([]))
+    resumed.load_learning_state(state)
+    assert (again.size, again.next, again.credit, again.inserted) == (store.size, store.next, store.credit, 8)
+    for k, v in store.data.items():
+        for key, t in (v.items() if isinstance(v, dict) else [(None, v)]):
+            assert torch.equal(t, again.data[k][key] if key else again.data[k]), (k, key)
+    assert torch.equal(again.sampler.get(torch.arange(8)), store.sampler.get(torch.arange(8)))
+    assert torch.equal(again.sample(4, 3)[0]["ids"], store.sample(4, 3)[0]["ids"])  # the same stream on
+    # without the flag nothing is kept; a saved replay of another size is refused at start, by name
+    assert "replay" not in R2D2(_cfg(tmp_path), model, torch.device("cpu")).learning_state()
+    smaller = _cfg(tmp_path, hidden_size=8, rollout=8, recurrence=8, burn_in=4, batch_size=16, replay_buffer_size=200,
+                   replay_buffer_min_size=16, save_replay_buffer=True)
+    with pytest.raises(ConfigError, match=r"^the checkpoint in here holds a replay of 50 sequences, the current flags "
+                                          r"make 25: keep --replay_buffer_size"):
+        R2D2.check_checkpoint(smaller, model, {"model": model.state_dict(), **state}, "here")
+
+
+def test_sac_s_replay_resumes_with_the_same_transitions_and_final_observations(tmp_path):
+    import gymnasium
+
+    from sfx.agents.sac import SAC
+    from sfx.models.sac_model import SACModel
+    from tests.agents.test_sac_agent import _cfg, _trajectories
+
+    cfg = _cfg(tmp_path, rollout=8, replay_buffer_size=40, learning_starts=0, save_replay_buffer=True)
+    spaces = (gymnasium.spaces.Box(-1.0, 1.0, (3,)), gymnasium.spaces.Box(-1.0, 1.0, (2,)))
+    batches = [_trajectories(2, 8, start=10_000 * i) for i in range(3)]
+    for b in batches:
+        b["truncated"][0, 3] = True
+    saved = SAC(cfg, SACModel(cfg, *spaces), torch.device("cpu"))
+    store = saved.sample_source(ListedFresh(batches))
+    for _ in batches:
+        store.next_batch(2)
+    store.due(cfg.batch_size)
+    state = _through_a_checkpoint(saved.learning_state(), tmp_path)
+    resumed = SAC(cfg, SACModel(cfg, *spaces), torch.device("cpu"))
+    again = resumed.sample_source(ListedFresh([]))
+    resumed.load_learning_state(state)
+    for name in ("size", "next", "credit", "capacity", *type(store).state_fields):
+        assert getattr(again, name) == getattr(store, name), name
+    a, b = store.sample(64, 2)[0], again.sample(64, 2)[0]
+    for key in ("obs", "next_obs"):
+        assert torch.equal(a[key]["obs"], b[key]["obs"]), key
+    assert torch.equal(a["rewards"], b["rewards"]) and torch.equal(a["discounts"], b["discounts"])
