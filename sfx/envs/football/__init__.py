@@ -89,7 +89,8 @@ def stacked(cfg: Any) -> bool:
 
 
 def validate_football_cfg(cfg: argparse.Namespace) -> None:
-    """Check the scenario name and the football flags, and that gfootball can be imported."""
+    """Check the scenario name and the football flags. Whether gfootball imports is checked where an env is made
+    (the trainer's probe env, before any worker starts), so command lines parse where it is not installed."""
     scenario = check_scenario(cfg.env)
     if not 1 <= cfg.football_left_players <= scenario.left_players:
         raise ConfigError(f"--football_left_players={cfg.football_left_players} must be between 1 and "
@@ -98,7 +99,6 @@ def validate_football_cfg(cfg: argparse.Namespace) -> None:
         raise ConfigError(f"--football_render_width={cfg.football_render_width} must be between 64 and 3840 pixels")
     if cfg.env_frameskip < 1:
         raise ConfigError(f"--env_frameskip={cfg.env_frameskip} must be >= 1")
-    import_gfootball(cfg.env)
 
 
 def make_football_env(full_env_name: str, cfg: Any, env_config: dict | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import logging
 import warnings
 from types import ModuleType
 from typing import Any
@@ -27,7 +28,7 @@ NUM_ACTIONS = 19        # gfootball's default action set
 RENDER_WIDTH_DEFAULT = 1280
 
 INSTALL_HINT = ("install it with: scripts/install_football.sh (apt-gets its build dependencies, compiles the C++ "
-                "engine, about 30 min on 2 cores) in the sfx checkout, then pip install -e .[football]")
+                "engine, about 25 min on 2 cores) in the sfx checkout, then pip install -e .[football]")
 
 
 def import_gfootball(env_name: str = "football_") -> ModuleType:
@@ -38,7 +39,10 @@ def import_gfootball(env_name: str = "football_") -> ModuleType:
         # warns about its own deprecations on import, in every worker process: that is gfootball's business
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            return importlib.import_module("gfootball.env")
+            module = importlib.import_module("gfootball.env")
+        # gfootball logs a line per finished episode at INFO through absl (the "absl" logger): sfx reports episodes
+        logging.getLogger("absl").setLevel(logging.WARNING)
+        return module
     except ImportError as e:
         raise ConfigError(f"env family football_ (--env={env_name}) needs the optional package gfootball>=2.10.2, "
                           f"which cannot be imported ({type(e).__name__}: {e}); {INSTALL_HINT}") from None
