@@ -246,6 +246,11 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="image encoders compute in bfloat16 (weights, core, heads and losses stay float32): "
                         "bf16, off, or auto = bf16 where the CPU/GPU has native bfloat16 (AVX512-BF16, AMX, "
                         "Ampere+), else off")
+    add_bool_arg(g, "tf32", False,
+                 "on a CUDA GPU with TensorFloat-32 (Ampere and later), float32 matrix products and convolutions "
+                 "take TF32 inputs (10-bit mantissa, float32 accumulation: ~1e-3 relative error per product, "
+                 "several times the float32 throughput); False = full float32 for both (PyTorch's own default "
+                 "leaves convolutions in TF32). No effect on the CPU")
     add_bool_arg(g, "normalize_input", True, "normalize observations with running mean and std")
     add_bool_arg(g, "normalize_returns", True, "train the value head on normalized returns")
     add_bool_arg(g, "popart", False,

@@ -25,6 +25,7 @@ import torch
 
 from sfx.engine import perf
 from sfx.engine.data_parallel import RankLost
+from sfx.models.precision import apply_tf32
 from sfx.engine.protocol import ERROR, PERF, RANK_LOST, RESEND, STOPPED
 from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - re-exported
 from sfx.engine.component import ComponentSpec
@@ -120,6 +121,7 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
     def beat() -> None:
         heartbeats[beat_idx] = time.time()
     torch.set_num_threads(spec.threads)
+    apply_tf32(cfg)
     if spec.pin_core and cfg.set_workers_cpu_affinity and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[spec.index % len(cores)]})
@@ -356,6 +358,7 @@ class SerialRuntime:
         # one process runs them all: the most threads any component asks (a learner's; the others' small ops
         # stay on one thread below OpenMP's grain size)
         torch.set_num_threads(max((s.threads for s in self.w.components), default=1))
+        apply_tf32(self.w.cfg)
         for spec in self.w.components:
             self.meters[spec.name] = perf.PerfMeter(spec.name, self.w.cfg.report_every_sec)
             perf.use(self.meters[spec.name])

@@ -12,6 +12,9 @@ Measured (doom 128x72, convnet_simple + LSTM 512, batch 2048, one learner step o
 bfloat16 encoder + channels_last 1.85 s (``bench/learner_step.py``).
 
 Vector (MLP) encoders and custom encoders are left alone.
+
+``--tf32`` (:func:`apply_tf32`, once per process that computes on a GPU): float32 matrix products and
+convolutions on TensorFloat-32 tensor cores, or strictly float32 (both).
 """
 
 from __future__ import annotations
@@ -76,3 +79,11 @@ def encoder_uses_bf16(cfg: Any) -> bool:
 def _warn_emulated(device: str) -> None:
     log.warning("--mixed_precision=bf16 on a %s without native bfloat16: it is emulated and slower than "
                 "float32 here (--mixed_precision=auto picks float32 on such hardware)", device)
+
+
+def apply_tf32(cfg: Any) -> None:
+    """Set this process's TF32 switches from ``cfg.tf32`` (matrix products and cuDNN convolutions alike: PyTorch's
+    own default, TF32 convolutions and float32 matrix products, is neither of the two choices)."""
+    enabled = bool(cfg.tf32)
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled

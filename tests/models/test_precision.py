@@ -104,3 +104,22 @@ def test_an_acting_model_keeps_bf16_encoder_weights_and_acts_as_the_learner_comp
     for key in ("action_params", "values", "new_rnn_states"):
         assert got[key].dtype == torch.float32
         assert torch.allclose(got[key], expected[key], atol=1e-5), key
+
+
+def test_tf32_switches_both_matmul_and_convolutions_and_is_off_by_default():
+    from types import SimpleNamespace
+
+    from sfx.cfg import parse_args
+    from sfx.models.precision import apply_tf32
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        cfg = parse_args(["--env=gym_CartPole-v1"], resume=False)
+        assert cfg.tf32 is False
+        torch.backends.cudnn.allow_tf32 = True  # PyTorch's own default for convolutions
+        apply_tf32(cfg)
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+        apply_tf32(SimpleNamespace(tf32=True))
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
