@@ -5,7 +5,7 @@ The same parts as the actor-critic (:class:`~sfx.models.preprocess.ObsPreprocess
 :class:`DuelingQHead` on the core's output (Wang et al. 2016, "Dueling Network Architectures"; as in
 R2D2, Kapturowski et al. 2019). It has the acting interface the engine's policy workers, the
 evaluator, ``sfx.enjoy`` and export use (``forward_step``, ``initial_rnn_states``, ``rnn_state_size``,
-``memory_len`` / ``memory_width``, ``popart``, ``for_inference``) and ``forward_sequence`` for the
+``memory_len`` / ``memory_width``, ``reads_tasks``, ``for_inference``) and ``forward_sequence`` for the
 learner. Q-values are in the units the agent trains them in (R2D2: rescaled returns, see
 :func:`sfx.algo.qlearning.value_rescale`).
 """
@@ -66,7 +66,6 @@ class QNetwork(PreprocessedModel):
     """
 
     learner_only_prefixes: tuple[str, ...] = ()
-    popart = None  # read by the policy worker until it reads reads_tasks (then removed)
     reads_tasks = False  # forward_step reads no task
     returns_normalizer = None
     memory_len = 0

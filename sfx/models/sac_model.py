@@ -106,7 +106,6 @@ class SACModel(PreprocessedModel):
         shared_encoder: whether actor and critics read one encoder.
     """
 
-    popart = None  # read by the policy worker until it reads reads_tasks (then removed)
     reads_tasks = False  # forward_step reads no task
     returns_normalizer = None
     memory_len = 0
