@@ -20,6 +20,11 @@ SEED's settings, as its script and gin file give them, and the sfx flag that say
   statistics without PopArt's output compensation, which is what a running normaliser of the value targets does:
   ``--normalize_returns=True``.
 
+sfx counts policy lag in learner steps and drops samples past ``--max_policy_lag`` (100 by default): one
+iteration here is 32 x 10 = 320 minibatch steps, so the samples would be past it (measured on 2026-11-27
+without this flag: lag about 970 steps, and from the second iteration on no valid sample: gradient norm 0, no
+training). SEED's learner takes its data as on-policy whatever the steps: ``--max_policy_lag=10000``.
+
 Where sfx differs (not a flag here): SEED decays the learning rate linearly to 0 over the run
 (``--lr_decay_multiplier=0``), sfx keeps it constant; SEED clips normalised observations at 10, sfx's normaliser at
 5; SEED's orthogonal gains are sqrt(2) for hidden layers, 0.01 for the policy's last layer and 1 for the value's,
@@ -34,7 +39,7 @@ SEEDS = [1, 2, 3]
 
 CMD = ("python -m sfx.train --env=mujoco_halfcheetah --train_for_env_steps=2000000 "
        "--num_workers=8 --num_envs_per_worker=32 --worker_num_splits=2 --rollout=16 --recurrence=16 --use_rnn=False "
-       "--batch_size=64 --num_batches_per_iteration=32 --ppo_epochs=10 "
+       "--batch_size=64 --num_batches_per_iteration=32 --ppo_epochs=10 --max_policy_lag=10000 "
        "--learning_rate=0.0003 --max_grad_norm=0.5 "
        "--policy_loss=ppo --ppo_clip_ratio=0.2 --exploration_loss_coeff=0 "
        "--advantage_estimator=gae --gae_lambda=0.95 --gamma=0.99 "
