@@ -18,8 +18,9 @@ rest. See :class:`FootballEnv` for rewards, episode ends and seeding.
 
 gfootball compiles a C++ engine: ``scripts/install_football.sh`` installs it (the ``football`` extra's
 install step); without it a ``football_`` env is a one-line error naming that script.
-Rendering (``sfx.enjoy --save_video``) uses the engine's OpenGL view; headless it needs a display
-(``xvfb-run``), see docs/envs/football.md.
+Rendering (``sfx.enjoy --save_video``) uses the engine's OpenGL view: without ``DISPLAY`` it renders
+off-screen through EGL (Mesa's llvmpipe without a GPU; dark frames), under ``xvfb-run`` through GLX (the
+game's colours); see docs/environments/football.md.
 """
 
 from __future__ import annotations
