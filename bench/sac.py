@@ -62,7 +62,7 @@ TASKS = {"invertedpendulum": (INVERTED_PENDULUM_FLAGS, INVERTED_PENDULUM_BAR, "I
 
 
 def run_task(task: str, seeds: list[int], out: Path, bar: float | None = None,
-             max_steps: int | None = None, sb3_threads: int = 1) -> list[dict]:
+             max_steps: int | None = None, sb3_threads: int = 1, learner_threads: int = 0) -> list[dict]:
     flags, default_bar, gym_id, hyper_from, default_steps = TASKS[task]
     bar = default_bar if bar is None else bar
     max_steps = max_steps or default_steps
@@ -71,7 +71,8 @@ def run_task(task: str, seeds: list[int], out: Path, bar: float | None = None,
         # summaries every 0.1 s: the reward curve's points (where steps to the bar are read) ~8 env steps apart, one
         # trajectory (SB3's side checks its average after every env step; at 0.5 s sfx's crossing read ~20 steps late)
         r = train(flags, out, f"sac_{task}_s{seed}", [f"--seed={seed}", f"--train_for_env_steps={max_steps}",
-                                                      f"--stop_at_reward={bar}", "--experiment_summaries_interval=0.1"])
+                                                      f"--stop_at_reward={bar}", "--experiment_summaries_interval=0.1",
+                                                      f"--learner_main_loop_num_cores={learner_threads}"])
         steps, secs = first_at(r["reward"], bar, r["start"])
         rows.append({"agent": "sfx SAC", "seed": seed, "steps_to_bar": steps, "seconds_to_bar": secs,
                      "final": r["reward"][-1][2] if r["reward"] else None, "updates_per_step": 1.0,
@@ -107,13 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sb3_threads", type=int, default=len(os.sched_getaffinity(0)),
                    help="SB3's torch threads (default: this machine's cores, torch's own default, which the RL Zoo "
                         "keeps)")
+    p.add_argument("--learner_threads", type=int, default=0,
+                   help="sfx's --learner_main_loop_num_cores (0: every core, SAC's default; on a machine loaded by "
+                        "other work 1 avoids oversubscribed threads: 57 env steps/s against 3 at a load of 9 on 2 cores)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
     out = Path(args.out or REPO_ROOT / "bench" / "results" / f"sac_{args.task}_{stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    rows = run_task(args.task, seeds, out, args.bar, args.max_steps, args.sb3_threads)
+    rows = run_task(args.task, seeds, out, args.bar, args.max_steps, args.sb3_threads, args.learner_threads)
     bar = TASKS[args.task][1] if args.bar is None else args.bar
 
     def fmt(v: object, spec: str) -> str:
