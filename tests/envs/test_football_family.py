@@ -223,3 +223,26 @@ def test_short_training_through_the_trainer(tmp_path):
     cfg = json.loads((exp / "cfg.json").read_text())
     assert cfg["encoder_subtype"] == "resnet_impala" and cfg["env_frameskip"] == 1
     assert list((exp / "checkpoint_p0").glob("*.pth")), "no checkpoint written"
+
+
+@needs_engine
+def test_frameskip_repeats_actions():
+    """Standing still (idle) until the episode ends: with 4 engine steps per action the same game (same seed) ends
+    after a quarter of the steps, rounded up, and its length is counted in agent steps."""
+    def idle_episode(frameskip):
+        env = _env(env_frameskip=frameskip, football_representation="simple115v2")
+        try:
+            env.reset(seed=2)
+            for step in range(1, 401):
+                obs, rewards, terminated, truncated, infos = env.step([0])
+                if terminated[0] or truncated[0]:
+                    return step, infos[0]["episode"], terminated[0]
+            raise AssertionError("no episode end in 400 steps")
+        finally:
+            env.close()
+
+    steps_1, episode_1, terminated_1 = idle_episode(1)
+    steps_4, episode_4, terminated_4 = idle_episode(4)
+    assert steps_1 < 400 and terminated_1, "the keeper should take the ball before the time limit"
+    assert steps_4 == -(-steps_1 // 4) and episode_4["len"] == steps_4 and episode_1["len"] == steps_1
+    assert terminated_4 and episode_4["football_score"] == episode_1["football_score"]

@@ -75,7 +75,7 @@ class FootballEnv(MultiAgentEnv):
     Episodes end when the scenario says (a goal, the ball out of play or lost in academy scenarios) or
     after the scenario's ``game_duration`` steps, which is a time limit: ``truncated`` (the learner
     bootstraps); any other end is ``terminated``. All agents' episodes end together.
-    ``infos[i]['episode']`` has ``reward`` (agent ``i``'s reward sum), ``len`` and ``football_score``
+    ``infos[i]['episode']`` has ``reward`` (agent ``i``'s reward sum), ``len`` (agent steps) and ``football_score``
     (goals scored minus goals conceded, whatever the reward flag).
 
     Seeding: ``reset(seed=s)`` seeds a generator that draws the engine's ``game_engine_random_seed`` for
@@ -137,7 +137,8 @@ class FootballEnv(MultiAgentEnv):
         self.action_space = gymnasium.spaces.Discrete(NUM_ACTIONS)
         self._rng: np.random.Generator | None = None
         self._default_seed = seed
-        self._steps = 0
+        self._steps = 0         # engine steps of this episode (the scenario's time limit counts these)
+        self._agent_steps = 0   # sfx steps of this episode (--env_frameskip engine steps each)
         self._returns = np.zeros(left_players)
         self._score = 0.0
 
@@ -173,7 +174,7 @@ class FootballEnv(MultiAgentEnv):
             self.action_space.seed(seed)
         self._seed_next_episode()
         obs = self._env.reset()
-        self._steps, self._score = 0, 0.0
+        self._steps, self._agent_steps, self._score = 0, 0, 0.0
         self._returns[:] = 0.0
         return self._agent_obs(obs), [{} for _ in range(self.num_agents)]
 
@@ -185,14 +186,14 @@ class FootballEnv(MultiAgentEnv):
         action: Any = int(actions[0]) if self.num_agents == 1 else [int(a) for a in actions]
         rewards = np.zeros(self.num_agents)
         done = False
-        info: dict = {}
         for _ in range(self.frameskip):
             obs, reward, done, info = self._env.step(action)
             rewards += np.asarray(reward, dtype=np.float64).reshape(-1)
-            self._score += float(info.get("score_reward", 0.0))
+            self._score += float(info["score_reward"])
             self._steps += 1
             if done:
                 break
+        self._agent_steps += 1
         self._returns += rewards
         truncated = done and self._steps >= self.game_duration
         terminated = done and not truncated
@@ -201,7 +202,7 @@ class FootballEnv(MultiAgentEnv):
         if done:
             for i, agent_info in enumerate(infos):
                 agent_info["final_obs"] = agent_obs[i]
-                agent_info["episode"] = {"reward": float(self._returns[i]), "len": self._steps,
+                agent_info["episode"] = {"reward": float(self._returns[i]), "len": self._agent_steps,
                                          "football_score": self._score}
             next_obs, _ = self.reset()
             agent_obs = next_obs
