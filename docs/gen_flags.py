@@ -35,6 +35,7 @@ EXAMPLE_ENVS = {
     "mujoco_": "mujoco_halfcheetah",
     "minigrid_": "minigrid_MemoryS7",
     "pettingzoo_": "pettingzoo_classic.tictactoe_v3",
+    "football_": "football_academy_empty_goal_close",
     "multitask": "multitask",
 }
 # A composite env's parser is built with these flags (the envs it is made of).
