@@ -349,6 +349,14 @@ def validate_appo_cfg(cfg: Any) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"--{name}={value} must be a positive integer (> 0)")
+    steps = cfg.num_batches_per_iteration * cfg.ppo_epochs
+    if steps >= cfg.max_policy_lag:
+        # every minibatch step is a new policy version: what the workers collect while one iteration trains is
+        # that many versions old when the next one starts, and would all be dropped as too old
+        raise ConfigError(f"--num_batches_per_iteration={cfg.num_batches_per_iteration} x --ppo_epochs={cfg.ppo_epochs}"
+                          f" = {steps} minibatch steps (policy versions) per iteration, but --max_policy_lag="
+                          f"{cfg.max_policy_lag}: samples collected during one iteration would be too old for the "
+                          f"next; raise --max_policy_lag to several times {steps} (samples often wait 2-3 iterations)")
     if cfg.advantage_estimator not in ADVANTAGE_ESTIMATORS:
         raise ConfigError(f"--advantage_estimator={cfg.advantage_estimator} is not known; allowed: "
                           f"{', '.join(ADVANTAGE_ESTIMATORS)}")
