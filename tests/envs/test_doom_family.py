@@ -264,7 +264,7 @@ def test_per_env_defaults_show_in_help_and_reach_cfg_json(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--env=doom_basic", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "rewards are multiplied by this before clipping (default: 0.01)" in help_text
+    assert "rewards are multiplied by this before clipping (default: 0.01, from env family doom_)" in help_text
     cfg = parse_args(["--env=doom_basic", f"--train_dir={tmp_path}", "--experiment=x"])
     save_cfg(cfg)
     assert json.loads((tmp_path / "x" / "cfg.json").read_text())["reward_scale"] == 0.01
