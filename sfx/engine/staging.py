@@ -56,8 +56,10 @@ class HostStaging:
             events[i] = None
         held = bufs[i]
         if held is None or held.shape[0] < n or held.dtype != flat.dtype or held.shape[1:] != flat.shape[1:]:
-            # room for more rows than asked: batch sizes vary, and page-locking memory is slow
-            held = torch.empty((max(2 * n, 64), *flat.shape[1:]), dtype=flat.dtype, pin_memory=True)
+            # exactly the rows asked the first time (a learner's batch never changes), at least twice the old
+            # size when it grows (inference batches vary, and page-locking memory is slow)
+            grown = 2 * held.shape[0] if held is not None and held.shape[1:] == flat.shape[1:] else 0
+            held = torch.empty((max(n, grown), *flat.shape[1:]), dtype=flat.dtype, pin_memory=True)
             bufs[i] = held
         return torch.index_select(flat, 0, at, out=held[:n])
 
