@@ -343,6 +343,11 @@ def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, ca
     assert o_sfx.cmd[3:3 + len(shared)] == shared and o_sf.cmd[3:3 + len(shared)] == shared
     assert o_sfx.cmd[1:3] == ["-m", "bench.negligible_model"] and o_sf.cmd[1:3] == ["-m", "bench.sf_negligible_model"]
     assert "--encoder_type=bench_pooled" in o_sfx.cmd and "--mixed_precision=off" not in o_sfx.cmd
+    from bench import negligible_model, sf_negligible_model  # the constants bench.throughput spells out
+
+    assert (throughput.OVERHEAD_ENCODER, throughput.OVERHEAD_WIDTH) == (negligible_model.ENCODER_NAME,
+                                                                        negligible_model.WIDTH)
+    assert (sf_negligible_model.GRID, sf_negligible_model.WIDTH) == (negligible_model.GRID, negligible_model.WIDTH)
     assert o_sf.env["PYTHONPATH"] == str(throughput.REPO_ROOT)
     i_sfx, i_sf = throughput.ipc_sfx_training(args, tmp_path), throughput.ipc_sf_training(args, tmp_path)
     assert "--hidden_size=8" in i_sfx.cmd and "--env=gym_CartPole-v1" in i_sfx.cmd
