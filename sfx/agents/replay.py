@@ -84,7 +84,8 @@ class ReplayMix(ReplayStore):
     """The sample source of ``--replay_parameters`` (see the module docstring).
 
     Args:
-        fresh: the engine's fresh source (``add`` / ``ready`` / ``next_batch``, attribute ``per_iteration``).
+        fresh: the engine's fresh source (``add`` / ``ready`` / ``next_batch``, and ``take_per_iteration``: told
+            how many fresh trajectories a batch takes).
         specs: the parsed buffers (``rules.parse_replay_parameters``).
         per_iteration: () -> trajectories per batch (the agent's ``trajectories_per_iteration``).
         device: the learner's device.
@@ -108,7 +109,7 @@ class ReplayMix(ReplayStore):
             offset += ring.capacity
         self.samples = {i: 0 for i in self.rings}  # samples drawn per custom buffer (lambda annealing)
         self.last_row = {i: -1 for i in self.rings}  # the newest trajectory's row (attentive sampling's reference)
-        fresh.per_iteration = self._fresh_per_iteration
+        fresh.take_per_iteration(self._fresh_per_iteration)
 
     def _composition(self) -> list[int]:
         # the batch size was checked at start (every share whole); PBT may change it since: the remainder

@@ -8,7 +8,9 @@ A replay store is a source too: it wraps a fresh source, keeps the copies :meth:
 already makes (``Batch.data``), samples stored trajectories by a rule, mixes them into the batch (``fresh``
 False, their ``age`` kept; ``Batch.ids`` where each is stored) and takes the priorities an agent's step returns
 (:class:`~sfx.agents.base.Stepped`) back from the learner shell (``update_priorities``). The agents' stores
-extend :class:`sfx.agents.replay_store.ReplayStore`.
+extend :class:`sfx.agents.replay_store.ReplayStore`. A store that trains on fewer fresh trajectories per
+iteration than the agent's whole batch (a replay mix's queue share) says so through
+:meth:`FreshTrajectories.take_per_iteration`, the one seam for it: no source writes another's attributes.
 Env-step counters count fresh samples only (``Batch.env_steps``).
 """
 
@@ -42,7 +44,7 @@ class SampleSource(Protocol):
 
 
 class FreshTrajectories:
-    """Fresh trajectories only: ``per_iteration`` of them make a batch (see the module docstring).
+    """Fresh trajectories only: :meth:`per_iteration` of them make a batch (see the module docstring).
 
     Args:
         traj: the policy's trajectory slots.
@@ -64,7 +66,7 @@ class FreshTrajectories:
         self.device = device
         self.max_policy_lag = max_policy_lag
         self.env_frameskip = env_frameskip
-        self.per_iteration = per_iteration
+        self._per_iteration = per_iteration
         self.pending: list[int] = []
         # on a GPU each batch is gathered into page-locked memory and copied asynchronously; two buffers in
         # turn, so a batch can be gathered while the last one's copy may still run
@@ -73,6 +75,19 @@ class FreshTrajectories:
         self.policy = policy
         if gate is not None:
             gate.set_per_iteration(policy, per_iteration())
+
+    def per_iteration(self) -> int:
+        """Fresh trajectories the next batch takes."""
+        return int(self._per_iteration())
+
+    def take_per_iteration(self, per_iteration: Callable[[], int]) -> None:
+        """From now on a batch takes ``per_iteration()`` fresh trajectories (asked anew each time) instead of the
+        agent's ``trajectories_per_iteration``: the seam for a source wrapping this one that mixes stored
+        trajectories into the batch (a replay mix takes only its queue's share fresh). The collection gate is
+        told at once, so the rollout workers are paced by what the learner will really take."""
+        self._per_iteration = per_iteration
+        if self.gate is not None:
+            self.gate.set_per_iteration(self.policy, self.per_iteration())
 
     def add(self, slots: list[int]) -> None:
         self.pending.extend(slots)

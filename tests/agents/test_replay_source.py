@@ -23,11 +23,18 @@ ELITE = json.dumps([{"type": "queue", "capacity": 1, "sample_ratio": 0.5},
 
 class FakeFresh:
     """Stands in for FreshTrajectories: each batch is ``per_iteration()`` new trajectories numbered in
-    order (``rewards[:, 0]`` = the number), acted ``lag`` versions ago."""
+    order (``rewards[:, 0]`` = the number), acted ``lag`` versions ago; the mix says how many through the
+    same seam as the engine's (``take_per_iteration``)."""
 
     def __init__(self, T=4, lag=0, frameskip=1):
         self.T, self.lag, self.frameskip, self.count = T, lag, frameskip, 0
-        self.per_iteration = lambda: 4
+        self._per_iteration = lambda: 4
+
+    def per_iteration(self):
+        return self._per_iteration()
+
+    def take_per_iteration(self, per_iteration):
+        self._per_iteration = per_iteration
 
     def ready(self):
         return True
@@ -113,7 +120,7 @@ def test_elite_insertion_replaces_the_most_off_policy_stored_trajectory():
         return f
 
     mix = ReplayMix(fresh, specs, lambda: 2, torch.device("cpu"), features=features, seed=0)
-    fresh.per_iteration = lambda: 1
+    assert fresh.per_iteration() == 1  # the queue's half of 2
     for v in range(4):  # fills the 4 rows by the ring: trajectories 0..3
         mix.next_batch(v)
     ring = mix.rings[1]
