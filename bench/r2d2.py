@@ -41,7 +41,7 @@ SB3_PYTHON = REPO_ROOT / "bench" / "sb3_venv" / "bin" / "python"
 CARTPOLE_FLAGS = ["--algo=R2D2", "--env=gym_CartPole-v1", "--num_workers=2", "--num_envs_per_worker=8",
                   "--rollout=16", "--recurrence=16", "--burn_in=8", "--batch_size=256", "--use_rnn=True",
                   "--rnn_type=gru", "--hidden_size=64", "--replay_ratio=8", "--replay_buffer_size=32000",
-                  "--replay_buffer_min_size=800", "--target_update_period=50", "--learning_rate=1e-3",
+                  "--learning_starts=800", "--target_update_period=50", "--learning_rate=1e-3",
                   "--gamma=0.99", "--n_step=3", "--device=cpu"]
 CARTPOLE_BAR = 400.0
 LOWER_BARS = (150.0, 200.0, 300.0)  # also read off the curves: SB3's DQN (RL Zoo) never averages 400 in training

@@ -22,7 +22,7 @@ CMD = ("python -m sfx.train --algo=R2D2 --train_for_env_steps=200000000 --num_wo
        "--worker_num_splits=2 "
        # SEED RL's Atari training script
        # (the replay flags count samples: 100,000 and 5,000 sequences of 80 steps)
-       "--replay_buffer_size=8000000 --replay_buffer_min_size=400000 --replay_ratio=0.75 --rollout=80 --recurrence=80 "
+       "--replay_buffer_size=8000000 --learning_starts=400000 --replay_ratio=0.75 --rollout=80 --recurrence=80 "
        "--burn_in=40 --learning_rate=0.0001 --max_grad_norm=80 "
        # the R2D2 paper's target period; SEED's network inputs and width
        "--target_update_period=2500 --use_prev_action_reward=True --hidden_size=512 "

@@ -30,7 +30,8 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, Stepped
 from sfx.agents.kit import TargetNetwork, gradient_step
-from sfx.agents.replay_store import APPO_ONLY_FLAGS, check_replay_disk, check_saved_replay
+from sfx.agents.replay_store import (APPO_ONLY_FLAGS, add_learning_starts_flag, check_replay_disk, check_saved_replay,
+                                     resolve_learning_starts)
 from sfx.cfg.flag_types import add_bool_arg
 from sfx.algo.qlearning import (actor_epsilons, double_q_targets, r2d2_loss, scale_rewards, sequence_priorities,
                                 td_errors)
@@ -104,9 +105,8 @@ def add_r2d2_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--replay_buffer_size", type=int, default=80_000,
                    help="unit: samples (trained steps) kept in the replay buffer, as sequences of --rollout steps "
                         "(each stored with its --burn_in prefix besides); SEED RL's 1,000 sequences of 80")
-    g.add_argument("--replay_buffer_min_size", type=int, default=800,
-                   help="unit: samples; learning starts once the buffer holds this many (in sequences of "
-                        "--rollout steps); SEED RL's 10 sequences of 80")
+    add_learning_starts_flag(g, 800, "the first minibatch trains once the replay holds this many, in whole "
+                                     "sequences of --rollout steps (SEED RL's minimum of 10 sequences of 80)")
     add_bool_arg(g, "save_replay_buffer", False,
                  "keep the replay buffer in every checkpoint (SB3's save_replay_buffer), so that a resumed run goes on "
                  "with its data instead of refilling it; the disk it needs is checked at start, a saved replay of "
@@ -130,7 +130,7 @@ def add_r2d2_flags(g: argparse._ActionsContainer) -> None:
 
 
 def validate_r2d2_cfg(cfg: Any) -> None:
-    ints = {"n_step": 1, "target_update_period": 1, "replay_buffer_size": 1, "replay_buffer_min_size": 0,
+    ints = {"n_step": 1, "target_update_period": 1, "replay_buffer_size": 1, "learning_starts": 0,
             "burn_in": 0}
     for name, low in ints.items():
         value = getattr(cfg, name)
@@ -151,8 +151,8 @@ def validate_r2d2_cfg(cfg: Any) -> None:
         raise ConfigError(f"--value_function_rescaling_epsilon={cfg.value_function_rescaling_epsilon} must be > 0")
     if not cfg.epsilon_alpha >= 0:
         raise ConfigError(f"--epsilon_alpha={cfg.epsilon_alpha} must be >= 0")
-    if cfg.replay_buffer_min_size > cfg.replay_buffer_size:
-        raise ConfigError(f"--replay_buffer_min_size={cfg.replay_buffer_min_size} is more than the buffer holds "
+    if cfg.learning_starts > cfg.replay_buffer_size:
+        raise ConfigError(f"--learning_starts={cfg.learning_starts} is more than the buffer holds "
                           f"(--replay_buffer_size={cfg.replay_buffer_size}): learning would never start")
     if cfg.batch_size % cfg.rollout:
         raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of --rollout={cfg.rollout} "
@@ -171,6 +171,11 @@ class R2D2(Agent):
     @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
         add_r2d2_flags(parser)
+
+    @classmethod
+    def check_flags(cls, cfg: Any, explicit: Any) -> None:
+        resolve_learning_starts(cfg, explicit)  # --replay_buffer_min_size, the old spelling
+        super().check_flags(cfg, explicit)
 
     @classmethod
     def validate(cls, cfg: Any) -> None:
@@ -240,7 +245,7 @@ class R2D2(Agent):
         cfg = self.cfg
         self.store = PrioritizedSequences(
             fresh, self.sequences(cfg, cfg.replay_buffer_size), cfg.burn_in,
-            self.sequences(cfg, cfg.replay_buffer_min_size) if cfg.replay_buffer_min_size else 0, cfg.replay_ratio,
+            self.sequences(cfg, cfg.learning_starts) if cfg.learning_starts else 0, cfg.replay_ratio,
             lambda: self.sequences_per_minibatch(self.cfg), cfg.priority_exponent, cfg.importance_sampling_exponent,
             cfg.priority_eta, cfg.gamma, cfg.n_step, cfg.value_function_rescaling_epsilon, self.device, seed=cfg.seed,
             reward_scale=cfg.reward_scale, reward_clip=cfg.reward_clip)

@@ -24,8 +24,9 @@ import torch
 from sfx.agents.base import Batch, tree_map
 from sfx.errors import ConfigError
 
-__all__ = ["APPO_ONLY_FLAGS", "ReplayRing", "ReplayStore", "check_replay_disk", "check_replay_memory",
-           "check_saved_replay", "seeded_generator"]
+__all__ = ["APPO_ONLY_FLAGS", "LEARNING_STARTS_OLD_SPELLING", "ReplayRing", "ReplayStore", "add_learning_starts_flag",
+           "check_replay_disk", "check_replay_memory", "check_saved_replay", "resolve_learning_starts",
+           "seeded_generator"]
 
 MEMORY_HEADROOM = 1.1
 
@@ -40,6 +41,49 @@ APPO_ONLY_FLAGS = {
     **{k: "a Transformer-XL core (refused: a replay agent keeps no memory of past steps)"
        for k in ("mem_len", "n_layer", "n_heads", "d_head", "d_inner", "trxl_dropout", "trxl_gate")},
 }
+
+
+# R2D2's name of --learning_starts before every replay agent shared one (SEED RL's name, which counts unrolls
+# where sfx counted samples already; published command lines and saved cfg.json files carry it)
+LEARNING_STARTS_OLD_SPELLING = "replay_buffer_min_size"
+
+
+def add_learning_starts_flag(g: Any, default: int, what: str) -> None:
+    """``--learning_starts`` (SB3 / RL Zoo's name; unit: samples, i.e. agent steps stored in the replay) with
+    ``default``, ``what`` saying what it waits for in the agent's terms; and its old spelling
+    ``--replay_buffer_min_size``, which sets it (:func:`resolve_learning_starts`, from the agent's
+    ``check_flags``)."""
+    g.add_argument("--learning_starts", type=int, default=default,
+                   help=f"unit: samples (agent steps) stored in the replay before training starts: {what} "
+                        f"(SB3 / RL Zoo's learning_starts); >= 0")
+    # no value of its own (None: not given); a saved cfg.json of the old name sets it on resume
+    g.add_argument(f"--{LEARNING_STARTS_OLD_SPELLING}", type=int, default=None, metavar="LEARNING_STARTS",
+                   help="the old spelling of --learning_starts (R2D2's, after SEED RL's flag, before every replay "
+                        "agent shared one name), kept so that published command lines run: sets --learning_starts "
+                        "(unit: samples, as before); giving both is refused")
+
+
+def resolve_learning_starts(cfg: Any, explicit: Any) -> None:
+    """The old spelling's value moved to ``cfg.learning_starts`` (in place; the old field removed, so cfg.json
+    carries one name). ``explicit``: the flags given on the command line. A given ``--learning_starts`` beats
+    an old spelling that was not given (a saved cfg.json's, an env family's default).
+
+    Raises:
+        ConfigError: both spellings were given.
+    """
+    old = LEARNING_STARTS_OLD_SPELLING
+    value = getattr(cfg, old, None)
+    explicit = set(explicit)
+    if old in explicit and "learning_starts" in explicit:
+        raise ConfigError(f"--learning_starts={cfg.learning_starts} and --{old}={value} both given: --{old} is the "
+                          f"old spelling of --learning_starts; give one")
+    if value is not None and "learning_starts" not in explicit:
+        cfg.learning_starts = value
+    if hasattr(cfg, old):
+        delattr(cfg, old)
+    names = getattr(cfg, "explicit_args", None)
+    if names and old in names:
+        cfg.explicit_args = sorted((set(names) - {old}) | {"learning_starts"})
 
 
 def seeded_generator(seed: int | None) -> torch.Generator:

@@ -46,7 +46,8 @@ import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch
 from sfx.agents.kit import TargetNetwork, gradient_step
-from sfx.agents.replay_store import APPO_ONLY_FLAGS, check_replay_disk, check_saved_replay
+from sfx.agents.replay_store import (APPO_ONLY_FLAGS, add_learning_starts_flag, check_replay_disk, check_saved_replay,
+                                     resolve_learning_starts)
 from sfx.algo.sac import (SquashedGaussian, actor_loss, clipped_double_q_target, critic_loss, default_target_entropy,
                           temperature_loss)
 from sfx.cfg.flag_types import add_bool_arg
@@ -119,8 +120,7 @@ def add_sac_flags(g: argparse._ActionsContainer) -> None:
                    help="the learned temperature's starting value (> 0); SB3's ent_coef='auto' starts at 1.0")
     g.add_argument("--target_entropy", type=float, default=None,
                    help="H_bar, the entropy the learned temperature aims at; default (None): -dim(action space)")
-    g.add_argument("--learning_starts", type=int, default=100,
-                   help="transitions stored before the first gradient step (SB3's learning_starts)")
+    add_learning_starts_flag(g, 100, "the first gradient step waits for this many transitions (SB3's default)")
     add_bool_arg(g, "random_warmup", True,
                  "the first --learning_starts env steps act uniformly at random over the action space's bounds "
                  "(SB3's warm-up), not with the untrained actor; False: the actor from the first step")
@@ -213,6 +213,7 @@ class SAC(Agent):
         if cfg.use_rnn:  # before the shared checks, whose --recurrence check would speak of other flags
             raise ConfigError(f"--use_rnn={cfg.use_rnn} is not supported by --algo=SAC (it learns from single "
                               f"replayed transitions, without a recurrent state); allowed: --use_rnn=False")
+        resolve_learning_starts(cfg, explicit)  # --replay_buffer_min_size, the old spelling
         super().check_flags(cfg, explicit)
 
     @classmethod

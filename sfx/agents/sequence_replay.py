@@ -21,7 +21,7 @@ trajectories are not, so each one's first sequence after a resume has no prefix)
 The update-to-data ratio: ``--replay_ratio`` trained steps per fresh step (SEED's meaning: the average
 number of times each observation is trained on; the store base's credit). Each iteration inserts its fresh
 sequences and earns ``replay_ratio x`` their steps; every full minibatch of credit is one minibatch step
-(:meth:`due`), once ``--replay_buffer_min_size`` sequences are stored.
+(:meth:`due`), once the sequences stored hold ``--learning_starts`` samples.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class PrioritizedSequences(ReplayStore):
         fresh: the engine's fresh source (``add`` / ``ready`` / ``next_batch``).
         capacity: sequences kept (``--replay_buffer_size``).
         burn_in: ``--burn_in`` steps of prefix.
-        min_size: sequences stored before the first minibatch (``--replay_buffer_min_size``).
+        min_size: sequences stored before the first minibatch (``--learning_starts`` samples in whole sequences).
         replay_ratio: trained steps per fresh step.
         per_minibatch: () -> sequences per minibatch (asked anew: PBT may change ``--batch_size``).
         priority_exponent, importance_exponent, eta, gamma, n_step, rescale_eps: as the flags say.

@@ -26,7 +26,7 @@ def _cfg(tmp_path, **overrides):
     base = dict(env="gym_CartPole-v1", algo="R2D2", experiment="r2d2", train_dir=str(tmp_path), device="cpu", seed=3,
                 num_workers=2, num_envs_per_worker=4, rollout=16, recurrence=16, burn_in=8, batch_size=128,
                 hidden_size=32, use_rnn=True, rnn_type="gru", replay_ratio=2.0, replay_buffer_size=8000,
-                replay_buffer_min_size=320, target_update_period=50, learning_rate=1e-3, gamma=0.99,
+                learning_starts=320, target_update_period=50, learning_rate=1e-3, gamma=0.99,
                 train_for_env_steps=6000)
     return default_cfg(**{**base, **overrides})
 
@@ -209,7 +209,7 @@ def test_seed_rl_s_defaults_and_the_bad_inputs_are_one_clear_line(tmp_path):
     for flags, message in [({"burn_in": 16}, r"--burn_in=16 must be shorter than a sequence \(--rollout=16\)"),
                            ({"replay_ratio": 0.0}, r"--replay_ratio=0.0 must be a finite number > 0"),
                            ({"n_step": 0}, r"--n_step=0 must be an integer >= 1"),
-                           ({"replay_buffer_min_size": 9000}, r"--replay_buffer_min_size=9000 is more than")]:
+                           ({"learning_starts": 9000}, r"--learning_starts=9000 is more than")]:
         with pytest.raises(ConfigError, match=message) as e:
             _cfg(tmp_path, **flags)
         assert "\n" not in str(e.value)
@@ -270,7 +270,7 @@ def test_the_step_returns_the_new_priorities_and_the_learner_gives_them_back_thr
     from sfx.engine.learner import Learner
 
     cfg = _cfg("/tmp", hidden_size=8, rollout=8, recurrence=8, burn_in=4, batch_size=16, replay_ratio=1.0,
-               replay_buffer_min_size=16)
+               learning_starts=16)
     model = QNetwork(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(2))
     trajs = _acted_trajectories(model, steps=32, T=8, actors=2)
     learner = Learner(cfg, 0, R2D2, model, None, _Published(), None, _Reports(), torch.device("cpu"))

@@ -84,7 +84,7 @@ def test_r2d2_s_replay_resumes_with_the_same_contents_priorities_and_draws(tmp_p
     from tests.agents.test_r2d2 import _acted_trajectories, _cfg
 
     cfg = _cfg(tmp_path, hidden_size=8, rollout=8, recurrence=8, burn_in=4, batch_size=16, replay_buffer_size=400,
-               replay_buffer_min_size=16, save_replay_buffer=True)
+               learning_starts=16, save_replay_buffer=True)
     model = QNetwork(cfg, gymnasium.spaces.Box(-5, 5, (4,)), gymnasium.spaces.Discrete(2))
     trajs = _acted_trajectories(model, steps=32, T=8, actors=2)
     saved = R2D2(cfg, model, torch.device("cpu"))
@@ -105,7 +105,7 @@ def test_r2d2_s_replay_resumes_with_the_same_contents_priorities_and_draws(tmp_p
     # without the flag nothing is kept; a saved replay of another size is refused at start, by name
     assert "replay" not in R2D2(_cfg(tmp_path), model, torch.device("cpu")).learning_state()
     smaller = _cfg(tmp_path, hidden_size=8, rollout=8, recurrence=8, burn_in=4, batch_size=16, replay_buffer_size=200,
-                   replay_buffer_min_size=16, save_replay_buffer=True)
+                   learning_starts=16, save_replay_buffer=True)
     with pytest.raises(ConfigError, match=r"^the checkpoint in here holds a replay of 50 sequences, the current flags "
                                           r"make 25: keep --replay_buffer_size"):
         R2D2.check_checkpoint(smaller, model, {"model": model.state_dict(), **state}, "here")
@@ -138,3 +138,31 @@ def test_sac_s_replay_resumes_with_the_same_transitions_and_final_observations(t
     for key in ("obs", "next_obs"):
         assert torch.equal(a[key]["obs"], b[key]["obs"]), key
     assert torch.equal(a["rewards"], b["rewards"]) and torch.equal(a["discounts"], b["discounts"])
+
+
+@pytest.mark.parametrize("algo, env, default", [("R2D2", "atari_breakout", 800), ("SAC", "gym_Pendulum-v1", 100)])
+def test_learning_starts_has_one_name_for_every_agent_and_the_old_spelling_sets_it(tmp_path, algo, env, default):
+    import json
+
+    from sfx.cfg import build_parser, parse_args
+
+    base = [f"--algo={algo}", f"--env={env}", f"--train_dir={tmp_path}"]
+    cfg = parse_args(base + ["--experiment=new"])
+    assert cfg.learning_starts == default and not hasattr(cfg, "replay_buffer_min_size")
+    cfg = parse_args(base + ["--experiment=old", "--replay_buffer_min_size=1600"])
+    # one name in cfg (and so in cfg.json): the old spelling is gone once it has set the flag
+    assert cfg.learning_starts == 1600 and not hasattr(cfg, "replay_buffer_min_size")
+    assert "learning_starts" in cfg.explicit_args and "replay_buffer_min_size" not in cfg.explicit_args
+    with pytest.raises(ConfigError, match=r"^--learning_starts=160 and --replay_buffer_min_size=1600 both given: "
+                                          r"--replay_buffer_min_size is the old spelling of --learning_starts; "
+                                          r"give one$"):
+        parse_args(base + ["--experiment=both", "--learning_starts=160", "--replay_buffer_min_size=1600"])
+    # an experiment saved under the old name resumes with its value, unless the command line gives the new one
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "cfg.json").write_text(json.dumps({"algo": algo, "env": env, "replay_buffer_min_size": 48}))
+    assert parse_args(base + ["--experiment=saved"]).learning_starts == 48
+    assert parse_args(base + ["--experiment=saved", "--learning_starts=96"]).learning_starts == 96
+    # --help names the unit and marks the old spelling as such
+    help_text = " ".join(build_parser(env, argv=[f"--algo={algo}"]).format_help().split())
+    assert "--learning_starts LEARNING_STARTS unit: samples (agent steps) stored in the replay" in help_text
+    assert "--replay_buffer_min_size LEARNING_STARTS the old spelling of --learning_starts" in help_text
