@@ -6,20 +6,23 @@
   minibatches together), optional clipping of the gradient norm (a non-finite norm applies nothing), step.
 - :class:`TargetNetwork`: a frozen copy of a network, renewed by a hard copy (R2D2, DQN) or by Polyak
   averaging (SAC, :func:`sfx.algo.sac.polyak_update_`), checkpointed by its state dict.
+- :func:`fused_adam`: Adam with PyTorch's fused kernel (one kernel for all of an optimizer's tensors instead of
+  a loop over them) where every parameter is on a GPU, the plain one elsewhere unless an agent measured the
+  fused one faster on the CPU too (:func:`use_fused_adam` decides).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 import torch
 
 from sfx.agents.base import NonFiniteBatch
 from sfx.algo.sac import polyak_update_
 
-__all__ = ["TargetNetwork", "gradient_step"]
+__all__ = ["TargetNetwork", "fused_adam", "gradient_step", "use_fused_adam"]
 
 
 def gradient_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor],
@@ -96,3 +99,30 @@ class TargetNetwork:
     def load_state_dict(self, state: Mapping[str, Any] | None, online: torch.nn.Module) -> None:
         """The saved weights; ``None`` (a checkpoint without them): a copy of ``online``'s."""
         self.net.load_state_dict(state if state is not None else online.state_dict())
+
+
+def use_fused_adam(device_types: Collection[str], all_floating: bool, fused_on_cpu: bool = False) -> bool:
+    """Whether an Adam over parameters on ``device_types`` (``torch.device.type`` of each, e.g. ``{"cuda"}``)
+    asks for the fused kernel: on CUDA when every parameter is there and floating point; on the CPU only when
+    the agent says so (``fused_on_cpu``, for an agent that measured it faster: PyTorch's CPU default is the
+    per-tensor loop, and a changed kernel changes the last bits of every step); never for parameters spread
+    over several devices, nor on another accelerator (not measured)."""
+    types = set(device_types)
+    if not all_floating or len(types) != 1:
+        return False
+    return types == {"cuda"} or (types == {"cpu"} and fused_on_cpu)
+
+
+def fused_adam(params: Iterable[torch.Tensor], fused_on_cpu: bool = False, **kwargs: Any) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, **kwargs)`` with ``fused=True`` where :func:`use_fused_adam` says so and this
+    PyTorch has the kernel for these tensors (else the plain one). On a GPU the fused kernel is one launch per
+    step for all of a network's tensors instead of several per tensor. Give the parameters where they train
+    (the learner builds an agent's optimizers after its model moved to its device)."""
+    params = list(params)
+    tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
+    if use_fused_adam({p.device.type for p in tensors}, all(p.is_floating_point() for p in tensors), fused_on_cpu):
+        try:
+            return torch.optim.Adam(params, fused=True, **kwargs)
+        except (RuntimeError, TypeError, ValueError):  # no fused kernel in this build for these tensors
+            pass
+    return torch.optim.Adam(params, **kwargs)

@@ -14,7 +14,7 @@ A step: burn-in of the online and target networks from the stored state (no grad
 trained steps, n-step double-Q targets with value rescaling on the rewards scaled and clipped as APPO's
 (``--reward_scale``, ``--reward_clip``) (:mod:`sfx.algo.qlearning`; terminations cut
 the bootstrap, truncations bootstrap from the final observation's stored value), the importance-weighted
-squared TD loss summed over each sequence's steps, Adam with gradient clipping, new priorities
+squared TD loss summed over each sequence's steps, Adam (fused on a GPU) with gradient clipping, new priorities
 ``0.9 max|delta| + 0.1 mean|delta|`` returned by the step (the learner gives them back to the replay, its sample
 source), and the target network copied every
 ``--target_update_period`` steps. Names and defaults follow SEED RL's R2D2 where it has them (README).
@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, Stepped
-from sfx.agents.kit import TargetNetwork, gradient_step
+from sfx.agents.kit import TargetNetwork, fused_adam, gradient_step
 from sfx.agents.replay_store import (APPO_ONLY_FLAGS, add_learning_starts_flag, check_replay_disk, check_saved_replay,
                                      resolve_learning_starts)
 from sfx.cfg.flag_types import add_bool_arg
@@ -233,8 +233,8 @@ class R2D2(Agent):
 
     def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
         super().__init__(cfg, model, device, group)
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate,
-                                          betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.optimizer = fused_adam(model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                    eps=cfg.adam_eps)
         self.target = TargetNetwork(model)
         self.updates = 0  # learner steps, for the target network's period
         self.store: Any = None

@@ -45,7 +45,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from sfx.agents.base import Acted, ActingRule, Agent, Batch
-from sfx.agents.kit import TargetNetwork, gradient_step
+from sfx.agents.kit import TargetNetwork, fused_adam, gradient_step
 from sfx.agents.replay_store import (APPO_ONLY_FLAGS, add_learning_starts_flag, check_replay_disk, check_saved_replay,
                                      resolve_learning_starts)
 from sfx.algo.sac import (SquashedGaussian, actor_loss, clipped_double_q_target, critic_loss, default_target_entropy,
@@ -150,17 +150,6 @@ def add_sac_flags(g: argparse._ActionsContainer) -> None:
     g.set_defaults(gamma=0.99, batch_size=256, use_rnn=False, hidden_size=256, nonlinearity="relu",
                    normalize_input=False, policy_initialization="torch_default", rollout=8,
                    traj_buffers_excess_ratio=1.0, reward_clip=1e6)
-
-
-def fused_adam(params: Any, **kwargs: Any) -> torch.optim.Adam:
-    """Adam with its fused kernel (one call for all of a network's tensors: 0.3 ms per step for SAC's three
-    optimizers on one CPU core against 1.3 ms for the per-tensor loop, PyTorch's CPU default); the plain one
-    where this PyTorch has no fused kernel for these tensors."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, fused=True, **kwargs)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam(params, **kwargs)
 
 
 def validate_sac_cfg(cfg: Any) -> None:
@@ -272,11 +261,13 @@ class SAC(Agent):
 
     def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
         super().__init__(cfg, model, device, group)
-        betas = (cfg.adam_beta1, cfg.adam_beta2)
-        self.actor_optimizer = fused_adam(model.actor.parameters(), lr=cfg.actor_learning_rate, betas=betas)
-        self.critic_optimizer = fused_adam(model.critic.parameters(), lr=cfg.critic_learning_rate, betas=betas)
+        # fused on the CPU too: 0.3 ms per step for the three optimizers on one core against 1.3 ms for the
+        # per-tensor loop, at one gradient step per env step
+        adam = dict(betas=(cfg.adam_beta1, cfg.adam_beta2), fused_on_cpu=True)
+        self.actor_optimizer = fused_adam(model.actor.parameters(), lr=cfg.actor_learning_rate, **adam)
+        self.critic_optimizer = fused_adam(model.critic.parameters(), lr=cfg.critic_learning_rate, **adam)
         self.log_alpha = torch.tensor(math.log(cfg.initial_alpha), device=device, requires_grad=True)
-        self.alpha_optimizer = fused_adam([self.log_alpha], lr=cfg.alpha_learning_rate, betas=betas)
+        self.alpha_optimizer = fused_adam([self.log_alpha], lr=cfg.alpha_learning_rate, **adam)
         self.critic_params = [p for p in model.critic.parameters() if p.requires_grad]
         self.actor_params = [p for p in model.actor.parameters() if p.requires_grad]
         self.target_critic = TargetNetwork(model.critic)
