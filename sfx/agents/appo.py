@@ -485,10 +485,14 @@ class APPO(Agent):
 
     @classmethod
     def batches_ahead(cls, cfg: Any) -> int:
-        # GAE's targets take the samples as on-policy: one batch ahead (lag ~1) when the learner sets the pace.
-        # V-trace corrects for the lag and keeps the slots' slack (doom_basic, README "Late learning", 800k
-        # frames: V-trace ended at 59.9 at lag 1 and 64.7 at lag 3, GAE at 69.8 at lag 1 and 64.5 at lag 3)
-        return 0 if advantage_estimator(cfg) == "vtrace" else 1
+        # One batch ahead (lag ~1 when the learner sets the pace) for every estimator. GAE's targets take the
+        # samples as on-policy (doom_basic, README "Late learning": 69.8 at lag 1, 64.5 at lag 3). V-trace
+        # corrects the policy gradient for lag, but not the core's state or memory stored at acting time:
+        # without a gate a learner that sets the pace trains every batch slots / batch iterations late
+        # (MiniGrid MemoryS7, TrXL, the README's line with the learner slowed: lag 34, success 0.55 at 300k
+        # env steps, where a learner with slack trains at lag 7.5 and reaches 0.9 at 0.12M-0.36M); on doom
+        # V-trace ended at 55-66 at every lag (59.9 at lag 1, 64.7 at lag 3, one seed)
+        return 1
 
     @classmethod
     def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:

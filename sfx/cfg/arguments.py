@@ -62,8 +62,7 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "batches: with 1 the next batch is collected while the learner trains on one (policy lag "
                         "~1 when the learner sets the pace), and a learner waiting for data never finds the envs "
                         "held; 0 = only the trajectory slots bound sampling (lag up to slots / batch); -1 = the "
-                        "algorithm's choice (APPO: 1 with GAE, 0 with V-trace, which corrects for lag; SAC, "
-                        "R2D2: 0). Not used by --serial_mode")
+                        "algorithm's choice (APPO: 1; SAC, R2D2: 0, their replay ratio paces sampling). Not used by --serial_mode")
     add_bool_arg(g, "set_workers_cpu_affinity", True, "pin each rollout worker to one CPU core")
     g.add_argument("--learner_main_loop_num_cores", type=int, default=0,
                    help="torch threads of each learner process; 0 = auto: on the CPU every core for an agent whose "

@@ -149,14 +149,15 @@ def test_a_gated_run_in_worker_processes_trains_to_the_end(tmp_path, num_policie
     assert not worker_processes()
 
 
-def test_auto_gates_appo_with_gae_only():
-    """-1 (the default) is the agent's choice: GAE's targets take the samples as on-policy, so APPO keeps one
-    batch ahead with --with_vtrace=False; V-trace corrects for lag (no gate); SAC and R2D2 set no gate."""
+def test_auto_gates_appo_one_batch_ahead_for_every_estimator():
+    """-1 (the default) is the agent's choice: APPO keeps one batch ahead with GAE (its targets take the samples
+    as on-policy) and with V-trace (which corrects the gradient, not the core state stored at acting time);
+    0 turns the gate off, N sets it; SAC and R2D2 set no gate (their replay ratio paces sampling)."""
     from sfx.agents import find_agent
     from sfx.engine.wiring import collection_gate
 
     appo = find_agent("APPO")
-    assert collection_gate(small_cfg("/tmp"), appo) is None
+    assert collection_gate(small_cfg("/tmp"), appo).batches_ahead == 1
     assert collection_gate(small_cfg("/tmp", with_vtrace=False), appo).batches_ahead == 1
     assert collection_gate(small_cfg("/tmp", with_vtrace=False, batches_ahead=0), appo) is None
     assert collection_gate(small_cfg("/tmp", batches_ahead=2), appo).batches_ahead == 2
