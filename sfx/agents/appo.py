@@ -24,15 +24,21 @@ from sfx.agents.kit import gradient_step
 from sfx.algo.appo import (ADVANTAGE_ESTIMATORS, LOSS_TERMS, POLICY_LOSSES, REPLAYED_LOSSES, APPOParams, appo_loss_terms, appo_targets,
                             normalize_advantages)
 from sfx.algo.clear import clear_cloning_terms
+from sfx.algo.minibatches import gather_transitions, trajectory_minibatches, transition_minibatches
 from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.policy_losses import vmpo_dual_init
+from sfx.algo.targets import Targets
 from sfx.algo.ppo import ppo_policy_no_gradient, ppo_value_no_gradient
 from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 
-__all__ = ["APPO", "APPOActingRule", "advantage_estimator", "learning_step", "make_optimizer",
-           "running_advantage_normalization", "trajectories_per_minibatch"]
+__all__ = ["APPO", "APPOActingRule", "MINIBATCH_UNITS", "advantage_estimator", "iteration_targets", "learning_step",
+           "make_optimizer", "minibatch_unit", "running_advantage_normalization", "trajectories_per_minibatch"]
+
+MINIBATCH_UNITS = ("auto", "trajectories", "transitions")
+# a minibatch step on precomputed targets (--minibatch_unit=transitions): iteration_targets' result, per sample
+TARGET_FIELDS = ("target_returns", "target_advantages")
 
 
 def advantage_estimator(cfg: Any) -> str:
@@ -42,6 +48,11 @@ def advantage_estimator(cfg: Any) -> str:
 
 def trajectories_per_minibatch(cfg: Any) -> int:
     return cfg.batch_size // cfg.rollout
+
+
+def minibatch_unit(cfg: Any) -> str:
+    """``--minibatch_unit`` in effect: ``trajectories`` or ``transitions`` (``auto``: trajectories)."""
+    return "trajectories" if cfg.minibatch_unit == "auto" else cfg.minibatch_unit
 
 
 def make_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -104,6 +115,9 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
             ``obs {key: [B, T+1, ...]}``, ``rnn_states [B, T+1, S]``, ``actions``, ``log_probs``,
             ``action_params``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``trunc_values``,
             ``active`` (``[B, T]`` bool: the agent's own steps; the others are transparent in the targets).
+            With ``target_returns`` and ``target_advantages`` (``[B, T]``, :func:`iteration_targets`'s, e.g. one-step
+            trajectories of ``--minibatch_unit=transitions``) those are the targets, not recomputed here (the
+            advantages are still normalised as ``--advantage_normalization`` says).
         valids: ``[B, T]`` bool, the samples that count.
         cfg: read for ``APPOParams`` and ``use_rnn``, ``recurrence``, ``normalize_returns``, ``max_grad_norm``.
         group: a :class:`~sfx.engine.data_parallel.GradientGroup` when this policy's learners run on several
@@ -141,15 +155,22 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     log_prob = dist.log_prob(mb["actions"].reshape(n * T, -1)).reshape(n, T)
     old_dist = make_action_distribution(space, mb["action_params"].reshape(n * T, -1))
 
-    values = out.values.detach()
-    log_rhos = log_prob.detach() - mb["log_probs"] if params.estimator == "vtrace" else None
     reduce = group.sum if group is not None else None
-    # the agent's inactive steps are transparent in the targets (their values are never trained); `valids`
-    # also drops lagging samples, which are still steps of the agent. PopArt scales the advantages below, once
-    # every task has its statistics
-    targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
-                           out.bootstrap_values, log_rhos, valids, params, reduce, active=mb["active"],
-                           normalize=advantage_stats is None and popart is None)
+    if TARGET_FIELDS[0] in mb:
+        # --minibatch_unit=transitions: single steps of many trajectories, whose targets were computed over the
+        # whole trajectories at the iteration's start (iteration_targets); only their normalisation is per minibatch
+        targets = Targets(returns=mb["target_returns"], advantages=mb["target_advantages"])
+        if advantage_stats is None and popart is None:
+            targets = targets._replace(advantages=normalize_advantages(targets.advantages, valids, reduce))
+    else:
+        values = out.values.detach()
+        log_rhos = log_prob.detach() - mb["log_probs"] if params.estimator == "vtrace" else None
+        # the agent's inactive steps are transparent in the targets (their values are never trained); `valids`
+        # also drops lagging samples, which are still steps of the agent. PopArt scales the advantages below, once
+        # every task has its statistics
+        targets = appo_targets(mb["rewards"], mb["terminated"], mb["truncated"], mb["trunc_values"], values,
+                               out.bootstrap_values, log_rhos, valids, params, reduce, active=mb["active"],
+                               normalize=advantage_stats is None and popart is None)
     bad = not (bool(torch.isfinite(targets.returns).all()) and bool(torch.isfinite(targets.advantages).all()))
     # with ranks every rank joins the vote, bad or not: a rank that skipped it would pair its next
     # collective with the others' vote
@@ -256,6 +277,35 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
     return stats
 
 
+@torch.no_grad()
+def iteration_targets(model: torch.nn.Module, data: Mapping[str, Any], valids: torch.Tensor, cfg: Any) -> Targets:
+    """The value targets and (not yet normalised) advantages of a whole iteration's trajectories, with the model's
+    current weights, for ``--minibatch_unit=transitions``: GAE (and every estimator) needs the rest of each step's
+    trajectory, so they are computed once over whole trajectories before the first epoch, as Stable-Baselines3's
+    PPO computes GAE once per rollout (with the acting values; here the learner's at the iteration's start, which
+    are those when the learner is not behind, e.g. ``--serial_mode``).
+
+    Args:
+        data: ``[B, T(+1), ...]`` trajectories, as :func:`learning_step`'s ``mb`` (a model without a recurrent core).
+        valids: ``[B, T]`` bool.
+        cfg: read for ``APPOParams``.
+
+    Returns:
+        ``Targets(returns, advantages)``, ``[B, T]`` each; V-trace's ratios are the current policy's over the
+        behaviour's.
+    """
+    params = APPOParams.from_cfg(cfg)
+    n, T = data["rewards"].shape
+    done = data["terminated"] | data["truncated"]
+    tasks = data["task"] if model.popart is not None else None
+    out = model.forward_trajectories(data["obs"], data["rnn_states"], done, T, tasks, None)
+    log_rhos = None
+    if params.estimator == "vtrace":
+        dist = make_action_distribution(model.action_space, out.action_params.reshape(n * T, -1))
+        log_rhos = dist.log_prob(data["actions"].reshape(n * T, -1)).reshape(n, T) - data["log_probs"]
+    return appo_targets(data["rewards"], data["terminated"], data["truncated"], data["trunc_values"], out.values,
+                        out.bootstrap_values, log_rhos, valids, params, active=data["active"], normalize=False)
+
 
 # ------------------------------------------------------------------------------------------- flags
 
@@ -264,6 +314,14 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--num_batches_per_iteration", type=int, default=1,
                    help="minibatches the learner collects before each training iteration")
     g.add_argument("--ppo_epochs", type=int, default=1, help="passes over each iteration's data")
+    g.add_argument("--minibatch_unit", choices=list(MINIBATCH_UNITS), default="auto",
+                   help="what a minibatch of --batch_size samples is made of: trajectories = whole trajectories of "
+                        "--rollout steps (Sample Factory's APPO; the targets are recomputed with the current weights "
+                        "for every minibatch); transitions = single steps shuffled across all the iteration's "
+                        "trajectories each epoch (PPO as OpenAI Baselines and Stable-Baselines3 run it), their "
+                        "targets computed once per iteration over whole trajectories with the weights at its start; "
+                        "needs a model without a recurrent core (--use_rnn=False, no memory core) and no auxiliary "
+                        "losses. auto = trajectories")
     g.add_argument("--gae_lambda", type=float, default=0.95,
                    help="GAE lambda (used by the GAE estimator: --advantage_estimator=gae, or auto with "
                         "--with_vtrace=False), in [0, 1]")
@@ -357,6 +415,17 @@ def validate_appo_cfg(cfg: Any) -> None:
                           f" = {steps} minibatch steps (policy versions) per iteration, but --max_policy_lag="
                           f"{cfg.max_policy_lag}: samples collected during one iteration would be too old for the "
                           f"next; raise --max_policy_lag to several times {steps} (samples often wait 2-3 iterations)")
+    if cfg.minibatch_unit not in MINIBATCH_UNITS:
+        raise ConfigError(f"--minibatch_unit={cfg.minibatch_unit} is not known; allowed: {', '.join(MINIBATCH_UNITS)}")
+    if minibatch_unit(cfg) == "transitions":
+        # a transition alone cannot be replayed through a recurrent core or a sequence of frames
+        needs = {"--use_rnn": cfg.use_rnn, "--aux_loss_reconstruction_coeff": cfg.aux_loss_reconstruction_coeff,
+                 "--aux_loss_future_pred_coeff": cfg.aux_loss_future_pred_coeff}
+        bad = [f"{name}={value}" for name, value in needs.items() if value]
+        if bad:
+            raise ConfigError(f"--minibatch_unit=transitions shuffles single steps, which a recurrent core and the "
+                              f"auxiliary losses cannot train on ({', '.join(bad)}); allowed: --use_rnn=False and both "
+                              f"auxiliary coefficients 0 with transitions, or --minibatch_unit=trajectories")
     if cfg.advantage_estimator not in ADVANTAGE_ESTIMATORS:
         raise ConfigError(f"--advantage_estimator={cfg.advantage_estimator} is not known; allowed: "
                           f"{', '.join(ADVANTAGE_ESTIMATORS)}")
@@ -501,6 +570,10 @@ class APPO(Agent):
 
     @classmethod
     def check_model(cls, cfg: Any, model: torch.nn.Module) -> None:
+        if minibatch_unit(cfg) == "transitions" and model.memory_len:
+            raise ConfigError(f"--minibatch_unit=transitions shuffles single steps; this model's core keeps a memory "
+                              f"of {model.memory_len} steps (--rnn_type={cfg.rnn_type}), which they cannot be trained "
+                              f"without; allowed: a model without a recurrent core, or --minibatch_unit=trajectories")
         if replay_needs_features(replay_specs(cfg)):
             # the acting rule's `features` field is sized before any model exists, from --hidden_size
             width = getattr(getattr(model, "trunks", [None])[0], "out_size", None)
@@ -554,16 +627,27 @@ class APPO(Agent):
         return out.core_outputs[:, :T].reshape(n, T, -1)
 
     def minibatches(self, batch: Batch) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
+        data = batch.data if bool(batch.fresh.all()) else {**batch.data, "replayed": ~batch.fresh}
+        if minibatch_unit(self.cfg) == "transitions":
+            yield from self._transition_minibatches(batch, data)
+            return
         n = batch.num_trajectories
-        per_mb = trajectories_per_minibatch(self.cfg)
         # every epoch's order is drawn before the first step (the random stream of the learner is the same
         # whatever the steps draw)
-        orders = [perm[start:start + per_mb] for perm in (torch.randperm(n, device=self.device)
-                                                          for _ in range(self.cfg.ppo_epochs))
-                  for start in range(0, n, per_mb)]
-        data = batch.data if bool(batch.fresh.all()) else {**batch.data, "replayed": ~batch.fresh}
+        orders = trajectory_minibatches(n, trajectories_per_minibatch(self.cfg), self.cfg.ppo_epochs, self.device)
         for mb in orders:  # one minibatch's copy at a time
             yield tree_map(lambda v: v[mb], data), batch.valids[mb]
+
+    def _transition_minibatches(self, batch: Batch, data: dict[str, Any]) -> Iterator[tuple[dict[str, Any],
+                                                                                              torch.Tensor]]:
+        """``--minibatch_unit=transitions``: the targets of the whole trajectories with the weights at the
+        iteration's start, then each epoch's shuffle of single steps, ``--batch_size`` a minibatch, as one-step
+        trajectories (``[M, 1]``; observations ``[M, 2]``: the step's and the next)."""
+        n, T = batch.valids.shape
+        targets = iteration_targets(self.model, data, batch.valids, self.cfg)
+        data = {**data, "target_returns": targets.returns, "target_advantages": targets.advantages}
+        for traj, step in transition_minibatches(n, T, self.cfg.batch_size, self.cfg.ppo_epochs, self.device):
+            yield gather_transitions(data, traj, step), batch.valids[traj, step].unsqueeze(1)
 
     def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
         return learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats,
