@@ -40,7 +40,7 @@ import torch.nn as nn
 from sfx.errors import ConfigError
 from sfx.models.encoders import init_weights
 from sfx.models.heads import ActionParamsHead, ValueHead
-from sfx.models.obs import as_obs_dict, map_obs
+from sfx.models.obs import BOX_KEY, as_obs_dict
 from sfx.models.preprocess import IMAGE_STATS_ROWS, ObsPreprocessor  # noqa: F401 (IMAGE_STATS_ROWS: its old home)
 from sfx.models.trunk import (Trunk, check_same_memory_len, join_memory_entries, join_states, make_trunk,
                               split_memory, split_states)
@@ -132,6 +132,7 @@ class ActorCritic(nn.Module):
         init_weights(critic_head, cfg.policy_initialization, float(cfg.policy_init_gain))
 
         self._register_parts(preprocessor, trunks, policy_head, critic_head)
+        preprocessor.use_channels_last(_channels_last_keys([t.encoder for t in trunks]))
 
         # Brain Agent's auxiliary losses (sfx.models.aux_heads), built last so that the weights above start
         # the same with or without them. The learner trains them; policy workers never receive them.
@@ -288,7 +289,7 @@ class ActorCritic(nn.Module):
         """
         B, T = resets.shape
         self._check_memory(memory, B)
-        x, mask, extra = self.preprocessor(map_obs(lambda v: v.reshape(B * T, *v.shape[2:]), as_obs_dict(obs)))
+        x, mask, extra = self.preprocessor(as_obs_dict(obs), batch_dims=2)  # [B, T, ...] -> [B * T, ...]
         seqs = [trunk.forward_sequence(x, s, resets, extra, m) for trunk, s, m in
                 zip(self.trunks, split_states(rnn_init, self.trunks), split_memory(memory, self.trunks))]
         # one flat view per trunk: with shared weights both heads read the same node (the order in which
@@ -361,6 +362,18 @@ class ActorCritic(nn.Module):
                                  values=out["values"].reshape(B, T),
                                  values_normalized=out["values_normalized"].reshape(B, T),
                                  bootstrap_values=bootstrap, encoder_features=features, core_outputs=core_out)
+
+
+def _channels_last_keys(encoders: list[nn.Module]) -> set[str]:
+    """The observation keys whose images every one of ``encoders`` reads channels_last (an encoder, or for a
+    Dict space each key's part, declares it with a ``memory_format`` attribute: sfx's conv encoders do)."""
+    def wanted(encoder: nn.Module) -> set[str]:
+        parts = getattr(encoder, "parts", None)
+        if isinstance(parts, nn.ModuleDict):  # DictEncoder: one encoder per key
+            return {k for k, p in parts.items() if getattr(p, "memory_format", None) == torch.channels_last}
+        return {BOX_KEY} if getattr(encoder, "memory_format", None) == torch.channels_last else set()
+
+    return set.intersection(*(wanted(e) for e in encoders))
 
 
 def create_actor_critic(cfg: Any, obs_space: gym.Space, action_space: gym.Space, num_tasks: int = 1) -> ActorCritic:

@@ -133,28 +133,56 @@ class ObsPreprocessor(nn.Module):
             return self.key_normalizers[key] if key in self.key_normalizers else None
         return self.obs_normalizer
 
-    def forward(self, obs: Observation) -> Preprocessed:
+    def forward(self, obs: Observation, batch_dims: int = 1) -> Preprocessed:
         """``obs``: ``[N, *obs_shape]`` (``{key: [N, *shape]}`` for a Dict space; a Box observation may also
-        come as ``{"obs": tensor}``, and must with ``prev_action_reward``) -> :class:`Preprocessed`."""
+        come as ``{"obs": tensor}``, and must with ``prev_action_reward``) -> :class:`Preprocessed`.
+        ``batch_dims``: leading dimensions that make ``N`` (2 for ``[B, T, *obs_shape]``: flattened here,
+        an integer image in the same copy as its conversion to float)."""
         obs = as_obs_dict(obs)
-        extra = self.extra_input(obs)  # first: a model missing its previous action and reward says so
-        return Preprocessed(self.encoder_input(obs), self.action_mask(obs), extra)
+        x = self.encoder_input(obs, batch_dims)
+        if batch_dims != 1:
+            obs = {k: v.reshape(-1, *v.shape[batch_dims:]) for k, v in obs.items()
+                   if k in EXTRA_KEYS or k == ACTION_MASK_KEY}
+        extra = self.extra_input(obs)  # a model missing its previous action and reward says so
+        return Preprocessed(x, self.action_mask(obs), extra)
 
-    def encoder_input(self, obs: Observation) -> Any:
+    def use_channels_last(self, keys: set[str]) -> None:
+        """Give channels_last frames only for these of the CHW integer image keys (the model's encoders that
+        read them run channels_last convolutions); the others stay in the contiguous layout (a pooling or
+        attention encoder reads NCHW faster: adaptive average pooling ran 5x slower on channels_last)."""
+        self._chw_keys &= set(keys)
+
+    def encoder_input(self, obs: Observation, batch_dims: int = 1) -> Any:
         """Raw observations -> encoder input: a float tensor for a Box space, ``{key: tensor}`` for a Dict
         space (token ids stay integers). Integer images become ``(x - obs_subtract_mean) / obs_scale``,
         then standardized with ``normalize_input``; a caller feeding several encoders hands each this one
-        result (so none may change it in place)."""
+        result (so none may change it in place). ``batch_dims``: as in :meth:`forward`."""
         out = {}
         for key, x in as_obs_dict(obs).items():
             if key in EXTRA_KEYS or key == ACTION_MASK_KEY:
                 continue  # the previous action and reward go to the core, the action mask to the action head
             kind = self.obs_kinds[key]
-            if kind in ("scaled", "float") and x.dim() >= 3:  # images
-                if key in self._chw_keys and x.dim() == 4:
-                    x = x.contiguous(memory_format=torch.channels_last)
+            lead = x.shape[:batch_dims]
+            if kind in ("scaled", "float") and x.dim() - batch_dims >= 2:  # images
                 scale = self.obs_scale if kind == "scaled" else 1.0
                 norm = self._normalizer(key)
+                if norm is None and not x.is_floating_point():
+                    # one strided copy: the leading dimensions flattened, channels_last where the encoder
+                    # reads it, uint8 -> float (a step slice [:, :T] of [B, T + 1] frames, reshaped, then
+                    # made channels_last, then converted, was three passes over the learner's frames)
+                    shape = (math.prod(lead), *x.shape[batch_dims:])
+                    layout = torch.channels_last if key in self._chw_keys and len(shape) == 4 \
+                        else torch.contiguous_format
+                    y = torch.empty(shape, dtype=torch.float32, device=x.device, memory_format=layout)
+                    y.view(x.shape).copy_(x)
+                    if kind == "scaled" and self.obs_subtract_mean != 0.0:
+                        y.sub_(self.obs_subtract_mean)  # exactly SF1's (x - mean) / scale, in place
+                    out[key] = y.div_(scale) if kind == "scaled" else y
+                    continue
+                if batch_dims != 1:
+                    x = x.reshape(-1, *x.shape[batch_dims:])
+                if key in self._chw_keys and x.dim() == 4:
+                    x = x.contiguous(memory_format=torch.channels_last)
                 if norm is None:
                     x = x.float()  # keeps the memory format
                     if kind == "scaled" and self.obs_subtract_mean != 0.0:
@@ -166,12 +194,15 @@ class ObsPreprocessor(nn.Module):
                     out[key] = norm.normalize(x.movedim(-1, -3), scale).movedim(-3, -1)
                 else:
                     out[key] = norm.normalize(x, scale)
-            elif kind == "normalized":
-                out[key] = self._normalizer(key).normalize(x.float())
-            elif kind == "tokens":
-                out[key] = x.long()
             else:
-                out[key] = x.float()
+                if batch_dims != 1:
+                    x = x.reshape(-1, *x.shape[batch_dims:])
+                if kind == "normalized":
+                    out[key] = self._normalizer(key).normalize(x.float())
+                elif kind == "tokens":
+                    out[key] = x.long()
+                else:
+                    out[key] = x.float()
         return out if self.dict_obs else out[BOX_KEY]
 
     def action_mask(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor | None:

@@ -33,7 +33,7 @@ DEFAULT_OVERRIDES = {"encoder_type": "mlp", "encoder_subtype": "mlp_mujoco", "hi
 # 64-wide GRU, and a small replay (32,000 samples, learning from 800).
 AGENT_DEFAULTS = {
     "R2D2": {"rollout": 16, "recurrence": 16, "burn_in": 8, "batch_size": 256, "use_rnn": True, "rnn_type": "gru",
-             "hidden_size": 64, "replay_ratio": 8.0, "replay_buffer_size": 32_000, "replay_buffer_min_size": 800,
+             "hidden_size": 64, "replay_ratio": 8.0, "replay_buffer_size": 32_000, "learning_starts": 800,
              "target_update_period": 50, "learning_rate": 1e-3, "gamma": 0.99, "n_step": 3},
 }
 
