@@ -21,9 +21,10 @@ The study's recommendations and the flags that follow them:
 
 Not expressible as sfx flags today: the 100x smaller initial weights of the policy's last layer, a softplus
 standard deviation with a negative input offset, tanh-squashed actions (sfx clips the Gaussian's samples to the
-action bounds), a value network wider than the policy network (sfx's two networks share ``--hidden_size``),
-shuffling single transitions into minibatches (sfx's minibatches are whole trajectories; its advantages are
-recomputed with the current weights at every minibatch, which covers the study's "recompute once per pass").
+action bounds), a value network wider than the policy network (sfx's two networks share ``--hidden_size``).
+Minibatches here are whole trajectories (sfx's default), whose advantages are recomputed with the current weights
+at every minibatch, which covers the study's "recompute once per pass"; ``--minibatch_unit=transitions`` shuffles
+single transitions instead, with the advantages computed once per iteration (the study's "shuffle transitions").
 
 The ``loss_*`` experiments change only ``--policy_loss`` (with each loss's own parameters at their defaults:
 AWR beta 1 and weight clip 20 on the normalised advantages, V-MPO eps_eta 0.01 and eps_alpha 0.005) on
