@@ -213,8 +213,9 @@ def test_stale_and_inactive_samples_are_not_trained_on(tmp_path):
 
 
 def test_rollout_workers_block_when_the_learner_falls_behind(tmp_path):
-    """Nobody trains: the workers must stop at the slot pool's size instead of growing memory."""
-    cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=1)
+    """Nobody trains: the workers must stop at the slot pool's size instead of growing memory (without the
+    collection gate, which would hold them one batch ahead first)."""
+    cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=1, batches_ahead=0)
     policy = build_component(w, "policy_worker", 0, 0, torch.device("cpu"))
     w.weights[0].publish(policy.model, 0)
     worker = build_component(w, "rollout_worker", 0, -1, torch.device("cpu"))
