@@ -118,7 +118,7 @@ def rank_device(cfg: Any, ranks: Any) -> str:
     return check_devices(ranks, cfg.device, gpus)
 
 
-def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False) -> int:
+def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False, local_ranks: int = 1) -> int:
     """Torch threads for a learner (``--learner_main_loop_num_cores``, 0 = auto). On the CPU a
     convolutional learner gets the cores the rollout workers (one pinned per core) leave free, at
     least one: an OpenMP thread that shares its core with workers and game engines is often
@@ -127,16 +127,19 @@ def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False
     thread synchronisation than it gains (CartPole: -25% samples/s with 2 threads), as does a
     learner whose maths runs on a GPU. An agent whose learner sets the pace (``Agent.learner_sets_the_pace``:
     sampling waits on its replay ratio, so the workers idle most of the time) gets every core: SAC's
-    256x256 step on 2 cores, 1.4x the gradient steps/s of one thread (README, "SAC")."""
+    256x256 step on 2 cores, 1.4x the gradient steps/s of one thread (README, "SAC")). ``local_ranks``: the
+    ranks of this training on this machine, which share its cores: each rank's learner counts its share
+    (SAC on 2 ranks of a 2-core machine with 2 threads each: 2-3 env steps/s beside a nice'd job; 1 each: 73)."""
     if cfg.learner_main_loop_num_cores > 0:
         return cfg.learner_main_loop_num_cores
     if resolve_device(cfg).type == "cuda":
         return 1
+    cores = max(1, len(os.sched_getaffinity(0)) // max(1, int(local_ranks)))
     if learner_sets_the_pace:
-        return max(1, len(os.sched_getaffinity(0)))
+        return cores
     if obs_ndim < 2:
         return 1
-    return max(1, len(os.sched_getaffinity(0)) - cfg.num_workers)
+    return max(1, cores - cfg.num_workers)
 
 
 def collection_gate(cfg: Any, agent: type[Agent], arena: SharedArena | None = None,
@@ -239,7 +242,8 @@ def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     cfg = w.cfg
     device = rank_device(cfg, w.ranks)
     threads = learner_threads(cfg, max_obs_ndim(w.env_info.observation_space),
-                              wiring_agent(w).learner_sets_the_pace)
+                              wiring_agent(w).learner_sets_the_pace,
+                              w.ranks.local_world_size if w.ranks is not None else 1)
     specs = [ComponentSpec("learner", p, p, build_learner, w.learner_queues[p], w.learner_control[p], device,
                            threads, pump_inbox=True, heartbeat_deadline=False, restartable=False)
              for p in range(cfg.num_policies)]

@@ -1,6 +1,6 @@
 """How many torch threads a learner gets (``--learner_main_loop_num_cores=0``: auto) and the serial runtime's
 threads: an agent whose learner sets the pace (SAC) gets every core, an MLP APPO learner one, an image learner
-what the workers leave free; the flag always wins."""
+what the workers leave free; several ranks on one machine divide its cores; the flag always wins."""
 
 import os
 
@@ -19,9 +19,14 @@ def test_the_auto_rule_per_kind_of_learner():
     assert learner_threads(appo, obs_ndim=1) == 1
     assert learner_threads(appo, obs_ndim=3) == max(1, CORES - 1)
     assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True) == CORES
+    # several ranks of one training on this machine share its cores
+    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True, local_ranks=2) == max(1, CORES // 2)
+    assert learner_threads(appo, obs_ndim=3, local_ranks=2) == max(1, CORES // 2 - 1)
+    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True, local_ranks=4 * CORES) == 1
     appo.learner_main_loop_num_cores = 3
     assert learner_threads(appo, obs_ndim=1) == 3
     assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True) == 3
+    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True, local_ranks=2) == 3
 
 
 def _threads_of(cfg):
