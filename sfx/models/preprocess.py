@@ -162,27 +162,17 @@ class ObsPreprocessor(nn.Module):
             if key in EXTRA_KEYS or key == ACTION_MASK_KEY:
                 continue  # the previous action and reward go to the core, the action mask to the action head
             kind = self.obs_kinds[key]
-            lead = x.shape[:batch_dims]
-            if kind in ("scaled", "float") and x.dim() - batch_dims >= 2:  # images
-                scale = self.obs_scale if kind == "scaled" else 1.0
-                norm = self._normalizer(key)
-                if norm is None and not x.is_floating_point():
-                    # one strided copy: the leading dimensions flattened, channels_last where the encoder
-                    # reads it, uint8 -> float (a step slice [:, :T] of [B, T + 1] frames, reshaped, then
-                    # made channels_last, then converted, was three passes over the learner's frames)
-                    shape = (math.prod(lead), *x.shape[batch_dims:])
-                    layout = torch.channels_last if key in self._chw_keys and len(shape) == 4 \
-                        else torch.contiguous_format
-                    y = torch.empty(shape, dtype=torch.float32, device=x.device, memory_format=layout)
-                    y.view(x.shape).copy_(x)
-                    if kind == "scaled" and self.obs_subtract_mean != 0.0:
-                        y.sub_(self.obs_subtract_mean)  # exactly SF1's (x - mean) / scale, in place
-                    out[key] = y.div_(scale) if kind == "scaled" else y
-                    continue
-                if batch_dims != 1:
-                    x = x.reshape(-1, *x.shape[batch_dims:])
+            image = kind in ("scaled", "float") and x.dim() - batch_dims >= 2
+            if image and self._normalizer(key) is None and not x.is_floating_point():
+                out[key] = self._integer_image(key, kind, x, batch_dims)
+                continue
+            if batch_dims != 1:
+                x = x.reshape(-1, *x.shape[batch_dims:])
+            if image:
                 if key in self._chw_keys and x.dim() == 4:
                     x = x.contiguous(memory_format=torch.channels_last)
+                scale = self.obs_scale if kind == "scaled" else 1.0
+                norm = self._normalizer(key)
                 if norm is None:
                     x = x.float()  # keeps the memory format
                     if kind == "scaled" and self.obs_subtract_mean != 0.0:
@@ -194,16 +184,28 @@ class ObsPreprocessor(nn.Module):
                     out[key] = norm.normalize(x.movedim(-1, -3), scale).movedim(-3, -1)
                 else:
                     out[key] = norm.normalize(x, scale)
+            elif kind == "normalized":
+                out[key] = self._normalizer(key).normalize(x.float())
+            elif kind == "tokens":
+                out[key] = x.long()
             else:
-                if batch_dims != 1:
-                    x = x.reshape(-1, *x.shape[batch_dims:])
-                if kind == "normalized":
-                    out[key] = self._normalizer(key).normalize(x.float())
-                elif kind == "tokens":
-                    out[key] = x.long()
-                else:
-                    out[key] = x.float()
+                out[key] = x.float()
         return out if self.dict_obs else out[BOX_KEY]
+
+    def _integer_image(self, key: str, kind: str, x: torch.Tensor, batch_dims: int) -> torch.Tensor:
+        """An integer image without input statistics in one strided copy: the leading dimensions flattened,
+        channels_last where the encoder reads it, converted to float (a step slice [:, :T] of [B, T + 1]
+        frames, reshaped, then made channels_last, then converted, was three passes over the learner's
+        frames), then ``(x - obs_subtract_mean) / obs_scale`` in place (exactly SF1's)."""
+        shape = (math.prod(x.shape[:batch_dims]), *x.shape[batch_dims:])
+        layout = torch.channels_last if key in self._chw_keys and len(shape) == 4 else torch.contiguous_format
+        y = torch.empty(shape, dtype=torch.float32, device=x.device, memory_format=layout)
+        y.view(x.shape).copy_(x)
+        if kind != "scaled":
+            return y
+        if self.obs_subtract_mean != 0.0:
+            y.sub_(self.obs_subtract_mean)
+        return y.div_(self.obs_scale)
 
     def action_mask(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         """The observation's ``[N, P]`` action mask, or None when the space has none."""
