@@ -460,6 +460,14 @@ def measure_training(name: str, cmd: list[str], counter: re.Pattern, args: argpa
     return result
 
 
+def keep_logs(workdir: Path, out_dir: Path) -> None:
+    """Copy every run's log in ``workdir`` into ``out_dir``/logs (``--keep_logs``)."""
+    logs = out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for f in workdir.glob("*.log"):
+        (logs / f.name).write_text(f.read_text(errors="replace"))
+
+
 def slope(points: list[tuple[float, int]]) -> float:
     """Least-squares frames/s through every counter line of the window. A learner's count grows by
     whole batches (2048 x 4 frames), so two end points alone can be off by a batch each; the fit
@@ -816,6 +824,8 @@ def main(argv: list[str] | None = None) -> int:
             if r["status"] == "failed" and r.get("log"):
                 print("  last lines of its output:\n    " + r["log"].replace("\n", "\n    "), flush=True)
             rows.append((key, label, r))
+            if args.keep_logs:  # each row's log as soon as it is over: a bench cut short keeps what it measured
+                keep_logs(workdir, out_dir)
 
         scaling: dict[str, float] = {}
         workers = [int(x) for x in args.scaling_workers.split(",") if x]
@@ -831,10 +841,7 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_child("sampler", scale_args, point_flags, workdir, f"scaling_{w}x{e}")
                     scaling[f"{w}x{e}"] = float(r["fps"])
         if args.keep_logs:
-            logs = out_dir / "logs"
-            logs.mkdir(exist_ok=True)
-            for f in workdir.glob("*.log"):
-                (logs / f.name).write_text(f.read_text(errors="replace"))
+            keep_logs(workdir, out_dir)
 
     print(f"load average at the end {_load()} (other processes on the machine slow every figure)")
     ratios = compute_ratios(results, list(args.rows))

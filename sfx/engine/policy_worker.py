@@ -22,6 +22,7 @@ from sfx.agents.dummy import RandomActingRule
 from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
+from sfx.engine.cuda_graphs import GraphedStep
 from sfx.engine.protocol import ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, TRAJ
 from sfx.engine.staging import HostStaging, to_host
 
@@ -56,6 +57,9 @@ class PolicyWorker(Component):
         self._memory_buf: torch.Tensor | None = None  # a memory core's gathered memories (see process)
         # on a GPU, rows are gathered into page-locked buffers so their copies to the device are asynchronous
         self.staging = HostStaging(device)
+        # on a GPU, forward passes replayed from CUDA graphs (launching the kernels from Python costs more than
+        # running them); at most every agent of this rank acts at once, plus its time-limit rows
+        self.graphs = GraphedStep.create(cfg, self.model, device, max_rows=2 * int(agent_buffers.final_rnn.shape[0]))
 
     def update_weights(self) -> None:
         self.version = self.weights.read_into(self.model, self.version)
@@ -126,7 +130,11 @@ class PolicyWorker(Component):
             obs = {k: self.staging.to_device(k, v) for k, v in obs.items()}
             rnn = self.staging.to_device("rnn_states", rnn)
         with meter.section("forward"), torch.inference_mode():
-            out = self.model.forward_step(obs, rnn, tasks, memory)
+            out = self.graphs(obs, rnn) if self.graphs is not None else None
+            if out is None:
+                out = self.model.forward_step(obs, rnn, tasks, memory)
+            else:
+                meter.count("graphed")
             acting_out = out if trunc_rows is None else {k: v[:n] for k, v in out.items()}
             acted = self.rule.act(acting_out, actor_ids=rows_t[:, REQ_AGENT])
             new_rnn = out["new_rnn_states"][:n]
