@@ -4,8 +4,9 @@ On a CUDA device a copy from pageable memory is staged by the driver through its
 synchronously; a copy from page-locked memory runs asynchronously on the stream. :class:`HostStaging`
 gathers rows (``index_select`` on a flat view of a slot tensor, ~10x faster than two index tensors) into
 page-locked buffers it keeps, ``depth`` per key, and copies them to the device without waiting; an entry is
-reused only after the copy that read it has finished (a CUDA event). On the CPU it gathers into new tensors
-and copies nothing: the model reads them where they are.
+reused only after the copy that read it has finished (a CUDA event). On the CPU it gathers into memory it
+reuses once nothing holds it (:class:`~sfx.models.scratch.Scratch`) and copies nothing: the model reads the
+rows where they are.
 
 :func:`to_host` brings several device tensors back in one copy (their bytes packed into one buffer), since
 every device->host copy synchronises and costs latency of its own.
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from sfx.models.scratch import Scratch
 
 __all__ = ["HostStaging", "gather_tree", "pack_bytes", "to_host", "tree_to_device", "unpack_bytes"]
 
@@ -37,6 +40,7 @@ class HostStaging:
         self._bufs: dict[str, list[torch.Tensor | None]] = {}
         self._events: dict[str, list[Any]] = {}
         self._turn: dict[str, int] = {}
+        self._scratch: dict[str, Scratch] = {}
 
     def rows(self, key: str, buf: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
         """Rows ``at`` of ``buf`` [N, T, ...] seen as [N * T, ...] (slot buffers are contiguous): [len(at), ...]
@@ -44,9 +48,12 @@ class HostStaging:
         return self.gather(key, buf.view(-1, *buf.shape[2:]), at)
 
     def gather(self, key: str, flat: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-        """``flat.index_select(0, at)``, into this key's next page-locked buffer on CUDA."""
+        """``flat.index_select(0, at)``, into this key's next page-locked buffer on CUDA, into reused memory on the
+        CPU (:class:`~sfx.models.scratch.Scratch`: a learner's batch of frames is tens of MB, mostly page faults
+        when fresh)."""
         if not self.pin:
-            return flat.index_select(0, at)
+            scratch = self._scratch.setdefault(key, Scratch())
+            return torch.index_select(flat, 0, at, out=scratch.empty((len(at), *flat.shape[1:]), flat.dtype))
         n = len(at)
         bufs = self._bufs.setdefault(key, [None] * self.depth)
         events = self._events.setdefault(key, [None] * self.depth)

@@ -30,6 +30,7 @@ from sfx.algo.normalizers import RunningMeanStd
 from sfx.errors import ConfigError
 from sfx.models.encoders import chw_shape, is_channels_last
 from sfx.models.obs import ACTION_MASK_KEY, BOX_KEY, EXTRA_KEYS, PREV_ACTION_KEY, PREV_REWARD_KEY, as_obs_dict, obs_spec
+from sfx.models.scratch import Scratch
 
 IMAGE_STATS_ROWS = 256  # frames per learner iteration folded into the image statistics
 
@@ -85,6 +86,7 @@ class ObsPreprocessor(nn.Module):
         self.obs_kinds: dict[str, str] = {}
         self._chw_keys: set[str] = set()
         self._hwc_keys: set[str] = set()
+        self._scratch = Scratch()  # the float copies of integer images (see _integer_image)
         normalizers = {}
         for key, (shape, dtype) in spec.items():
             integer = np.issubdtype(dtype, np.integer)
@@ -199,7 +201,8 @@ class ObsPreprocessor(nn.Module):
         frames), then ``(x - obs_subtract_mean) / obs_scale`` in place (exactly SF1's)."""
         shape = (math.prod(x.shape[:batch_dims]), *x.shape[batch_dims:])
         layout = torch.channels_last if key in self._chw_keys and len(shape) == 4 else torch.contiguous_format
-        y = torch.empty(shape, dtype=torch.float32, device=x.device, memory_format=layout)
+        # reused memory on the CPU (sfx.models.scratch): a fresh copy of a learner's batch is mostly page faults
+        y = self._scratch.empty(shape, torch.float32, x.device, memory_format=layout)
         y.view(x.shape).copy_(x)
         if kind != "scaled":
             return y
