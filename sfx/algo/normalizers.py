@@ -136,13 +136,18 @@ class RunningMeanStd(nn.Module):
         # a tensor's _version; .to(device) makes new tensors: either way the key changes
         key = (self.mean.data_ptr(), self.mean._version, self.var.data_ptr(), self.var._version,
                dtype, x.device, scale, channels_last)
-        if self._affine_cache is None or self._affine_cache[0] != key:
+        # while a CUDA graph captures (sfx.engine.cuda_graphs) the factors are computed, not read from the cache:
+        # a replay must recompute them from the statistics as they are then, not reuse the capture's
+        capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+        if capturing or self._affine_cache is None or self._affine_cache[0] != key:
             inv_std = 1.0 / torch.sqrt(self.var + self.eps)  # float64 until the final cast
             a = (inv_std / scale).to(device=x.device, dtype=dtype)
             b = (-(self.mean + self.shift / scale) * inv_std).to(device=x.device, dtype=dtype)
             if channels_last:
                 a = a.unsqueeze(0).contiguous(memory_format=torch.channels_last)
                 b = b.unsqueeze(0).contiguous(memory_format=torch.channels_last)
+            if capturing:
+                return a, b
             self._affine_cache = (key, a, b)
         return self._affine_cache[1], self._affine_cache[2]
 

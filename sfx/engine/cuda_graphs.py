@@ -16,6 +16,11 @@ Weights: the graphs read the model's parameters where they live, and every weigh
 tensors in place (:meth:`~sfx.engine.buffers.WeightsBuffer.read_into`, the learner placement's
 ``LocalWeights.publish``), so each replay acts with the weights of the version it records.
 
+A model's forward pass must therefore compute from its tensors each time: a value cached in Python between
+passes (keyed on the weights' versions, say) would be frozen into the graph at its capture-time value. sfx's own
+such cache (the input normalizer's affine factors, :mod:`sfx.algo.normalizers`) is bypassed while a graph
+captures.
+
 Used on a CUDA device for a model without a memory (Transformer-XL) or per-task outputs (PopArt); a batch
 larger than the largest bucket, or a model whose forward pass cannot be captured (it synchronises with the
 host, say), runs the eager forward pass (the latter said once in the log).

@@ -12,6 +12,8 @@ caller can see its data overwritten.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["Scratch", "storage_is_shared"]
@@ -41,8 +43,7 @@ class Scratch:
         """``torch.empty(shape, dtype=dtype, device=device, memory_format=memory_format)``, from held memory where
         one held tensor of that shape, dtype and layout is not shared (CPU tensors of at least ``MIN_BYTES``)."""
         shape = tuple(shape)
-        nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-        if torch.device(device).type != "cpu" or nbytes < MIN_BYTES or _use_count is None:
+        if math.prod(shape) * dtype.itemsize < MIN_BYTES or _use_count is None or torch.device(device).type != "cpu":
             return torch.empty(shape, dtype=dtype, device=device, memory_format=memory_format)
         inference = torch.is_inference_mode_enabled()
         for held in self._held:

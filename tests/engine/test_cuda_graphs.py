@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sfx.cfg import default_cfg
+from sfx.engine.buffers import WeightsBuffer
 from sfx.engine.cuda_graphs import GraphedStep, bucket_sizes, pick_bucket
 from sfx.models import create_actor_critic
 
@@ -105,10 +106,13 @@ def test_replays_equal_eager_forward_passes_and_follow_weight_updates(mixed_prec
                 # to the next bf16 value (2^-8 relative)
                 torch.testing.assert_close(got[k], want[k], **tol, msg=f"{k} at n={n}")
         assert len(graphs.graphs) == len({pick_bucket(graphs.sizes, n) for n in [5, 88, 8, 300, 97]})
-        # a weight update in place (as WeightsBuffer.read_into does) is what the next replay acts with
+        # a weight update in place (as WeightsBuffer.read_into does: parameters and buffers, the input and return
+        # normalizers' statistics among them) is what the next replay acts with
+        assert cfg.normalize_input and any("running" in n or "mean" in n for n, _ in model.named_buffers())
         with torch.no_grad():
-            for p in model.parameters():
-                p.mul_(0.5).add_(0.01)
+            for t in WeightsBuffer.state_tensors(model):
+                if t.is_floating_point():
+                    t.mul_(0.5).add_(0.01)
         obs = {"obs": torch.randint(0, 256, (88, 3, 36, 64), generator=g, dtype=torch.uint8).to(dev)}
         rnn = torch.randn(88, model.initial_rnn_states(1).shape[1], generator=g).to(dev)
         got, want = graphs(obs, rnn), model.forward_step(obs, rnn)
