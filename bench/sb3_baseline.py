@@ -20,7 +20,8 @@ gymnasium id; ``--seeds=0,1,2``; ``--threshold=R`` (optional: without it every s
 ``--max_steps=N`` env steps per seed (default: the zoo's ``n_timesteps``); ``--out=DIR`` (default
 ``bench/results/sb3_<algo>_<env>_<timestamp>``); ``--hyperparams_from=ENV_ID`` takes another entry of the
 same YAML (e.g. ``--env=HalfCheetah-v5 --hyperparams_from=HalfCheetah-v4``: the zoo only lists v4, and sfx's
-``mujoco_halfcheetah`` is v5); ``--threads=1`` torch threads; ``--device=cpu``; ``--curve_every=1000``.
+``mujoco_halfcheetah`` is v5); ``--threads=1`` torch threads; ``--device=cpu``; ``--curve_every=1000``;
+``--window=100`` the finished episodes the average counts (sfx's ``--stats_avg``).
 
 Hyperparameters: the entry for ``--env`` in the installed package's ``rl_zoo3/hyperparams/<algo>.yml``
 (printed: file, the entry exactly as the zoo gives it, then every constructor argument in effect, SB3's
@@ -38,16 +39,18 @@ one holds every schedule at its final value after ``n_timesteps`` (a ``lin_`` le
 
 What is measured, per seed (an SB3 callback of our own reading the Monitor's finished episodes):
 
-- ``reward``: the average return of the last 100 finished episodes, the same as sfx's ``reward``
-  (``--stats_avg=100``). The threshold counts only once 100 episodes have finished (as sfx's
-  ``--stop_at_reward`` does); the curve averages what has finished so far (up to 100).
+- ``reward``: the average return of the last 100 (``--window``) finished episodes, the same as sfx's
+  ``reward`` (``--stats_avg=100``). The threshold counts only once the window is full (as sfx's
+  ``--stop_at_reward`` does); the curve averages what has finished so far (up to the window);
+  ``window_full_at``: the env steps when it first was full.
 - ``steps_to_threshold`` / ``seconds_to_threshold``: env steps (summed over ``n_envs``) and wall seconds
   from the start of ``model.learn`` (model construction and replay allocation excluded) to the first step
   where that average reaches ``--threshold``; the seed stops there. None if never within ``--max_steps``
   (a seed stops at exactly ``--max_steps`` env steps, x n_envs granularity).
-- ``final``: the 100-episode average when the seed stopped; ``steps_per_sec``: env steps / wall seconds of
+- ``final``: the window's average when the seed stopped; ``steps_per_sec``: env steps / wall seconds of
   the whole learn call (gradient steps included); ``gradient_steps``: the updates SB3 actually made.
-- ``curve``: (env_steps, average) pairs every ``--curve_every`` env steps, plus the last step.
+- ``curve``: (env_steps, average) pairs every ``--curve_every`` env steps, plus the last step;
+  ``curve_seconds``: each point's wall seconds from the start of ``model.learn``.
 
 The update-to-data ratio (``updates_per_step``, printed and in the JSON): gradient steps per env step once
 learning has started = gradient_steps / (train_freq x n_envs) (``gradient_steps=-1`` means one per env step;
@@ -99,6 +102,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     p.add_argument("--device", default="cpu", help="torch device for SB3 (default cpu)")
     p.add_argument("--curve_every", type=int, default=1000, help="reward-curve resolution in env steps")
+    p.add_argument("--window", type=int, default=100,
+                   help="finished episodes the average counts (default 100, sfx's --stats_avg default)")
     p.add_argument("--updates_per_step", action="store_true",
                    help="only print the hyperparameters and SB3's gradient steps per env step, then exit")
     args = p.parse_args(argv)
@@ -112,6 +117,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--max_steps must be > 0")
     if args.curve_every <= 0:
         p.error("--curve_every must be > 0")
+    if args.window <= 0:
+        p.error("--window must be > 0")
     return args
 
 
@@ -326,17 +333,19 @@ def action_noise(recipe: dict, env, numpy):
     return classes[kind](mean=numpy.zeros(n), sigma=std * numpy.ones(n))
 
 
-def make_callback(threshold: float | None, curve_every: int, max_steps: int):
+def make_callback(threshold: float | None, curve_every: int, max_steps: int, window: int = 100):
     from stable_baselines3.common.callbacks import BaseCallback
 
     class RewardWindow(BaseCallback):
-        """The last-100-episode average return, the threshold crossing and a reward curve."""
+        """The last-``window``-episode average return, the threshold crossing and a reward curve."""
 
         def __init__(self) -> None:
             super().__init__(verbose=0)
-            self.window: collections.deque = collections.deque(maxlen=100)
+            self.window: collections.deque = collections.deque(maxlen=window)
             self.episodes = 0
             self.curve: list[tuple[int, float]] = []
+            self.curve_seconds: list[float] = []  # each curve point's seconds from the start of learn
+            self.full_at: int | None = None  # env steps when the window first held `window` episodes
             self.next_point = curve_every
             self.hit: tuple[int, float] | None = None
             self.t0 = 0.0
@@ -354,9 +363,12 @@ def make_callback(threshold: float | None, curve_every: int, max_steps: int):
                     self.window.append(float(episode["r"]))
                     self.episodes += 1
             steps = self.num_timesteps
+            if self.full_at is None and len(self.window) == self.window.maxlen:
+                self.full_at = steps
             if steps >= self.next_point:
                 if self.window:
                     self.curve.append((steps, round(self.mean(), 4)))
+                    self.curve_seconds.append(round(time.perf_counter() - self.t0, 3))
                 self.next_point = (steps // curve_every + 1) * curve_every
             if (threshold is not None and self.hit is None and len(self.window) == self.window.maxlen
                     and self.mean() >= threshold):
@@ -376,15 +388,16 @@ def run_seed(algo_cls, recipe: dict, env_id: str, seed: int, max_steps: int, arg
         kwargs["action_noise"] = noise
     model = make_progress_clamped(algo_cls, recipe["n_timesteps"])(env=env, seed=seed, device=args.device,
                                                                    verbose=0, **kwargs)
-    callback = make_callback(args.threshold, args.curve_every, max_steps)
+    callback = make_callback(args.threshold, args.curve_every, max_steps, args.window)
     start = time.perf_counter()
     model.learn(total_timesteps=max_steps, callback=callback)
     seconds = time.perf_counter() - start
     steps = int(model.num_timesteps)
-    curve = list(callback.curve)
+    curve, curve_seconds = list(callback.curve), list(callback.curve_seconds)
     final = callback.mean()
     if final is not None and (not curve or curve[-1][0] != steps):
         curve.append((steps, round(final, 4)))
+        curve_seconds.append(round(seconds, 3))
     grad_steps = gradient_steps_made(model)
     env.close()
     return {"seed": seed,
@@ -394,7 +407,7 @@ def run_seed(algo_cls, recipe: dict, env_id: str, seed: int, max_steps: int, arg
             "final_window": len(callback.window), "episodes": callback.episodes,
             "env_steps": steps, "seconds": round(seconds, 3), "steps_per_sec": round(steps / seconds, 1),
             "gradient_steps": grad_steps, "measured_updates_per_step": round(grad_steps / max(steps, 1), 4),
-            "curve": curve}
+            "window_full_at": callback.full_at, "curve": curve, "curve_seconds": curve_seconds}
 
 
 def fmt(value, spec: str) -> str:
@@ -489,7 +502,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / f"sb3_{algo}_{args.env.replace('/', '_')}.json"
     report = {"algo": algo, "env": args.env, "threshold": args.threshold, "max_steps": max_steps,
-              "reward_definition": "mean return of the last 100 finished episodes (threshold: full window only)",
+              "reward_definition": f"mean return of the last {args.window} finished episodes (threshold: full "
+                                   "window only)", "window": args.window,
               "hyperparams_file": str(path), "hyperparams_entry": entry_name, "hyperparams_zoo": show(entry),
               "hyperparams_effective": show(eff), "n_envs": recipe["n_envs"], "normalize": recipe["normalize"],
               "frame_stack": recipe["frame_stack"], "schedule_horizon": recipe["n_timesteps"],
