@@ -22,12 +22,18 @@ MIN_BYTES = 1 << 20  # below this, malloc's free lists reuse memory without page
 _use_count = getattr(torch._C, "_storage_Use_Count", None)  # no reuse where this PyTorch lacks it
 
 
+def _count(t: torch.Tensor) -> int:
+    return _use_count(t.untyped_storage()._cdata)
+
+
+# the count of a tensor that nothing else holds: its own reference, plus the storage object asking makes (if this
+# PyTorch's storage objects hold one), measured rather than assumed
+_ALONE = _count(torch.empty(1)) if _use_count is not None else 0
+
+
 def storage_is_shared(t: torch.Tensor) -> bool:
     """Whether a tensor other than ``t`` holds ``t``'s storage (True where PyTorch cannot tell)."""
-    if _use_count is None:
-        return True
-    # references: t's own, and the temporary storage object made here to ask
-    return _use_count(t.untyped_storage()._cdata) > 2
+    return _use_count is None or _count(t) > _ALONE
 
 
 class Scratch:
@@ -55,7 +61,6 @@ class Scratch:
         if len(self._held) > self.slots:
             self._held.pop(0)
         return _view(held)
-
 
     def __deepcopy__(self, memo: dict) -> "Scratch":
         return Scratch(self.slots)  # a copy of a model (a target network, say) holds memory of its own
