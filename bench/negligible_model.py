@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from bench.grid_pool import GRID, grid_means
+
 ENCODER_NAME = "bench_pooled"
-GRID = 2
 WIDTH = 16
 
 
@@ -29,12 +30,11 @@ class PooledEncoder(nn.Module):
 
     def __init__(self, channels: int) -> None:
         super().__init__()
-        self.pool = nn.AdaptiveAvgPool2d(GRID)
         self.fc = nn.Linear(channels * GRID * GRID, WIDTH)
         self.out_size = WIDTH
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.elu(self.fc(self.pool(obs).flatten(1)))
+        return torch.nn.functional.elu(self.fc(grid_means(obs)))
 
 
 def make_pooled_encoder(cfg: Any, obs_space: Any) -> PooledEncoder:

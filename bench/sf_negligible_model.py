@@ -12,7 +12,8 @@ import sys
 import torch
 from torch import nn
 
-GRID = 2
+from bench.grid_pool import GRID, grid_means
+
 WIDTH = 16  # bench/negligible_model.py's width: the two overhead trainings run the same network
 
 
@@ -23,11 +24,10 @@ def make_pooled_encoder(cfg, obs_space):
         def __init__(self) -> None:
             super().__init__(cfg)
             channels = obs_space["obs"].shape[0]
-            self.pool = nn.AdaptiveAvgPool2d(GRID)
             self.fc = nn.Linear(channels * GRID * GRID, WIDTH)
 
         def forward(self, obs_dict):
-            return torch.nn.functional.elu(self.fc(self.pool(obs_dict["obs"]).flatten(1)))
+            return torch.nn.functional.elu(self.fc(grid_means(obs_dict["obs"])))
 
         def get_out_size(self) -> int:
             return WIDTH

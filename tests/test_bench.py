@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from bench import bench_throughput
 from bench.image_env import EPISODE_STEPS, PREFIX, ScrollingTargetEnv, parse_size
@@ -485,3 +486,18 @@ def test_gpu_wheelhouse_script_refuses_bad_arguments_before_downloading(tmp_path
                              timeout=60)
         assert run.returncode != 0 and message in run.stderr, run.stderr
     assert not list((tmp_path / "wh").glob("*/*.whl"))
+
+
+@pytest.mark.parametrize("shape", [(9, 3, 72, 128), (5, 4, 6, 10), (1, 1, 2, 2)])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_grid_means_are_adaptive_average_pooling(shape, layout):
+    """The negligible encoders' pooling (bench/grid_pool.py) computes what adaptive_avg_pool2d does, in both
+    memory layouts the two frameworks hand their encoders, only cheaper."""
+    from bench.grid_pool import grid_means
+
+    x = torch.randint(0, 256, shape).float().contiguous(memory_format=layout)
+    expected = torch.nn.functional.adaptive_avg_pool2d(x, 2).flatten(1)
+    # integer-valued inputs: both sum exactly in float32 until the one division, so the two agree to its rounding
+    torch.testing.assert_close(grid_means(x), expected, rtol=2 ** -23, atol=0)
+    with pytest.raises(ValueError, match="3 x 10 image does not split into a 2 x 2 grid"):
+        grid_means(torch.zeros(1, 1, 3, 10))
