@@ -3,7 +3,7 @@
 losses side by side on HalfCheetah:
 
     python -m sfx.runner.run --run=runs.onpolicy_mujoco --runner=processes --max_parallel=1
-    python -m sfx.runner.run --run=runs.onpolicy_mujoco --only=loss_ --runner=processes   # the losses' table
+    python -m sfx.runner.run --run=runs.onpolicy_mujoco --only='*loss_*' --runner=processes --max_parallel=1
 
 The study's recommendations and the flags that follow them:
 
@@ -28,7 +28,9 @@ single transitions instead, with the advantages computed once per iteration (the
 
 The ``loss_*`` experiments change only ``--policy_loss`` (with each loss's own parameters at their defaults:
 AWR beta 1 and weight clip 20 on the normalised advantages, V-MPO eps_eta 0.01 and eps_alpha 0.005) on
-HalfCheetah: the table of returns at 1M env steps, 3 seeds.
+HalfCheetah: the table of returns at 1M env steps, 3 seeds (``--only`` takes a shell pattern on the numbered
+experiment names, hence ``'*loss_*'``; measured on 2026-11-28: docs/agents/appo.md, "the policy losses at 1M env
+steps").
 """
 
 from sfx_runner import Experiment, ParamGrid, RunDescription
