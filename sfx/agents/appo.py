@@ -25,9 +25,9 @@ from sfx.algo.appo import (ADVANTAGE_ESTIMATORS, LOSS_TERMS, POLICY_LOSSES, REPL
                             normalize_advantages)
 from sfx.algo.clear import clear_cloning_terms
 from sfx.algo.minibatches import gather_transitions, trajectory_minibatches, transition_minibatches
-from sfx.algo.distributions import action_params_size, categorical_sizes, make_action_distribution
+from sfx.algo.distributions import DiagGaussian, action_params_size, categorical_sizes, make_action_distribution
 from sfx.algo.normalizers import RunningMeanStd
-from sfx.algo.policy_losses import vmpo_dual_init
+from sfx.algo.policy_losses import VMPO_KL_BOUNDS, vmpo_dual_init
 from sfx.algo.targets import Targets
 from sfx.algo.ppo import ppo_policy_no_gradient, ppo_value_no_gradient
 from sfx.cfg.flag_types import add_bool_arg
@@ -131,9 +131,11 @@ def learning_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, mb: 
             (the learner keeps them): this minibatch's valid advantages are folded in, and the advantages are
             divided by their (unbiased) std instead of the minibatch's own. None: the minibatch's own std.
         vmpo_duals: with ``--policy_loss=vmpo``, V-MPO's ``[2]`` learned parameters (temperature and KL multiplier,
-            ``sfx.algo.policy_losses.vmpo_duals``) and their own optimizer: they descend their dual losses with the
-            same backward pass, outside the model's gradient clipping (their gradients are of order 1 whatever the
-            network's, and would otherwise take the clip's budget), summed over ranks like the model's.
+            ``sfx.algo.policy_losses.vmpo_duals``; ``[3]`` with ``--vmpo_kl_bounds=decoupled``: the temperature and
+            the mean's and the covariance's multipliers, ``vmpo_decoupled_duals``) and their own optimizer: they
+            descend their dual losses with the same backward pass, outside the model's gradient clipping (their
+            gradients are of order 1 whatever the network's, and would otherwise take the clip's budget), summed over
+            ranks like the model's.
 
     Returns:
         The step's statistics: ``loss/total``, ``loss/<term>`` (auxiliary terms too: ``loss/aux_*``),
@@ -346,7 +348,7 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
                         "awr = advantage-weighted regression, -min(exp(A / --awr_beta), --awr_max_weight) log pi "
                         "(Peng et al. 2019); vmpo = V-MPO (Song et al. 2019): top-half advantages weighted by a "
                         "softmax at a learned temperature bounded by --vmpo_eps_eta, and a KL(behaviour || current) "
-                        "constraint --vmpo_eps_alpha with a learned Lagrange multiplier")
+                        "constraint with learned Lagrange multipliers (--vmpo_kl_bounds)")
     g.add_argument("--awr_beta", type=float, default=1.0,
                    help="AWR temperature beta, > 0, in the units of the advantages the loss sees (normalized ones: "
                         "--advantage_normalization)")
@@ -358,8 +360,21 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
     g.add_argument("--vmpo_eps_alpha", type=float, default=0.005,
                    help="V-MPO: bound on the mean KL(behaviour || current policy) per sample (nats), > 0; the "
                         "multiplier alpha is learned to meet it")
+    g.add_argument("--vmpo_kl_bounds", choices=list(VMPO_KL_BOUNDS), default="single",
+                   help="V-MPO's KL constraint: single = one bound --vmpo_eps_alpha on the whole KL (any action space; "
+                        "what the on-policy study trained); decoupled = Song et al. 2019's appendix for Gaussian "
+                        "policies: the mean's part (covariance held at the behaviour's) bounded by "
+                        "--vmpo_eps_alpha_mu and the covariance's part (mean held) by --vmpo_eps_alpha_sigma, each "
+                        "with its own multiplier starting at --vmpo_init_alpha; continuous (Box) actions only")
+    g.add_argument("--vmpo_eps_alpha_mu", type=float, default=0.005,
+                   help="V-MPO, --vmpo_kl_bounds=decoupled: bound on the mean's part of the KL per sample (nats), > 0")
+    g.add_argument("--vmpo_eps_alpha_sigma", type=float, default=5e-5,
+                   help="V-MPO, --vmpo_kl_bounds=decoupled: bound on the covariance's part of the KL per sample "
+                        "(nats), > 0; far below the mean's, so the exploration noise shrinks slowly")
     g.add_argument("--vmpo_init_eta", type=float, default=1.0, help="V-MPO: initial temperature eta, > 0")
-    g.add_argument("--vmpo_init_alpha", type=float, default=5.0, help="V-MPO: initial KL multiplier alpha, > 0")
+    g.add_argument("--vmpo_init_alpha", type=float, default=5.0,
+                   help="V-MPO: initial KL multiplier alpha (each of alpha_mu and alpha_sigma with decoupled bounds), "
+                        "> 0")
     g.add_argument("--vtrace_rho", type=float, default=1.0, help="V-trace rho-bar: clip of the importance weights")
     g.add_argument("--vtrace_c", type=float, default=1.0, help="V-trace c-bar: clip of the trace-cutting weights")
     g.add_argument("--vtrace_lambda", type=float, default=1.0,
@@ -404,6 +419,18 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
                    help="CLEAR value cloning on replayed samples: coefficient of (V - V_behaviour)^2; 0 = off")
 
 
+def check_vmpo_kl_bounds(cfg: Any, action_space: Any) -> None:
+    """ConfigError unless ``--vmpo_kl_bounds=decoupled`` (with ``--policy_loss=vmpo``) meets Gaussian actions: its
+    two parts of the KL are a Gaussian's mean and covariance."""
+    if cfg.policy_loss != "vmpo" or cfg.vmpo_kl_bounds != "decoupled":
+        return
+    dist = make_action_distribution(action_space, torch.zeros(1, action_params_size(action_space)))
+    if not isinstance(dist, DiagGaussian):
+        raise ConfigError(f"--vmpo_kl_bounds=decoupled bounds a Gaussian's mean and covariance apart; this env's "
+                          f"action space {action_space} is not continuous; allowed: a Box action space, or "
+                          f"--vmpo_kl_bounds=single")
+
+
 def validate_appo_cfg(cfg: Any) -> None:
     for name in ("num_batches_per_iteration", "ppo_epochs"):
         value = getattr(cfg, name)
@@ -437,8 +464,10 @@ def validate_appo_cfg(cfg: Any) -> None:
         raise ConfigError(f"--replayed_loss={cfg.replayed_loss} is not known; allowed: {', '.join(REPLAYED_LOSSES)}")
     if not isinstance(cfg.n_step, int) or isinstance(cfg.n_step, bool) or cfg.n_step < 1:
         raise ConfigError(f"--n_step={cfg.n_step} must be an integer >= 1")
+    if cfg.vmpo_kl_bounds not in VMPO_KL_BOUNDS:
+        raise ConfigError(f"--vmpo_kl_bounds={cfg.vmpo_kl_bounds} is not known; allowed: {', '.join(VMPO_KL_BOUNDS)}")
     for name in ("vtrace_rho", "vtrace_c", "ppo_clip_ratio", "awr_beta", "awr_max_weight", "vmpo_eps_eta",
-                 "vmpo_eps_alpha", "vmpo_init_eta", "vmpo_init_alpha"):
+                 "vmpo_eps_alpha", "vmpo_eps_alpha_mu", "vmpo_eps_alpha_sigma", "vmpo_init_eta", "vmpo_init_alpha"):
         value = getattr(cfg, name)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{name}={value} must be a finite number > 0")
@@ -567,6 +596,7 @@ class APPO(Agent):
 
     @classmethod
     def acting_rule(cls, cfg: Any, action_space: Any) -> ActingRule:
+        check_vmpo_kl_bounds(cfg, action_space)
         # the built-in trunks' core outputs are --hidden_size wide (the learner checks the model's)
         return APPOActingRule(action_space, cfg.hidden_size if replay_needs_features(replay_specs(cfg)) else 0)
 
@@ -602,10 +632,13 @@ class APPO(Agent):
                                 if running_advantage_normalization(cfg) else None)
         self.replay = replay_specs(cfg)
         self.check_model(cfg, model)
-        # V-MPO's temperature and KL multiplier: learned, not part of the model (the policy workers never need them)
+        check_vmpo_kl_bounds(cfg, model.action_space)
+        # V-MPO's temperature and KL multiplier(s): learned, not part of the model (the policy workers never need
+        # them); [eta, alpha], or [eta, alpha_mu, alpha_sigma] with decoupled bounds
         self.vmpo_duals = None
         if cfg.policy_loss == "vmpo":
-            raw = torch.nn.Parameter(vmpo_dual_init(cfg.vmpo_init_eta, cfg.vmpo_init_alpha).to(device))
+            alpha_sigma = cfg.vmpo_init_alpha if cfg.vmpo_kl_bounds == "decoupled" else None
+            raw = torch.nn.Parameter(vmpo_dual_init(cfg.vmpo_init_eta, cfg.vmpo_init_alpha, alpha_sigma).to(device))
             self.vmpo_duals = (raw, fused_adam([raw], lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                                eps=cfg.adam_eps))
 
@@ -679,8 +712,10 @@ class APPO(Agent):
         # --advantage_normalization=minibatch) starts them afresh: they settle within a few minibatches
         if self.advantage_stats is not None and "advantage_stats" in state:
             self.advantage_stats.load_state_dict(state["advantage_stats"])
-        # a checkpoint of another policy loss (or of before V-MPO existed) starts eta and alpha at their flags
-        if self.vmpo_duals is not None and "vmpo_duals" in state:
+        # a checkpoint of another policy loss (or of before V-MPO existed), or of the other --vmpo_kl_bounds (one
+        # multiplier, not two, or the reverse), starts eta and the multipliers at their flags
+        if (self.vmpo_duals is not None and "vmpo_duals" in state
+                and state["vmpo_duals"].shape == self.vmpo_duals[0].shape):
             with torch.no_grad():
                 self.vmpo_duals[0].copy_(state["vmpo_duals"])
             self.vmpo_duals[1].load_state_dict(state["vmpo_optimizer"])

@@ -35,9 +35,10 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from sfx.algo.distributions import ActionDistribution
+from sfx.algo.distributions import ActionDistribution, DiagGaussian
 from sfx.algo.gae import gae
-from sfx.algo.policy_losses import POLICY_LOSSES, awr_loss, vmpo_duals, vmpo_loss, vpg_loss
+from sfx.algo.policy_losses import (POLICY_LOSSES, VMPO_KL_BOUNDS, awr_loss, gaussian_kl_parts, vmpo_decoupled_duals,
+                                    vmpo_decoupled_loss, vmpo_duals, vmpo_loss, vpg_loss)
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
 from sfx.algo.returns import monte_carlo_returns, nstep_returns
 from sfx.algo.targets import Targets, scale_rewards
@@ -82,11 +83,15 @@ class APPOParams:
     awr_max_weight: float = 20.0
     vmpo_eps_eta: float = 0.01
     vmpo_eps_alpha: float = 0.005
+    vmpo_kl_bounds: str = "single"
+    vmpo_eps_alpha_mu: float = 0.005
+    vmpo_eps_alpha_sigma: float = 5e-5
     replayed_loss: str = "ppo"
 
     def __post_init__(self) -> None:
         for name, allowed in (("exploration_loss", EXPLORATION_LOSSES), ("advantage_estimator", ADVANTAGE_ESTIMATORS),
-                              ("policy_loss", POLICY_LOSSES), ("replayed_loss", REPLAYED_LOSSES)):
+                              ("policy_loss", POLICY_LOSSES), ("replayed_loss", REPLAYED_LOSSES),
+                              ("vmpo_kl_bounds", VMPO_KL_BOUNDS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not known; allowed: {', '.join(allowed)}")
 
@@ -147,7 +152,8 @@ class LossTerms(NamedTuple):
         target_mean: mean of the value targets (reward scale), over all samples.
         policy_stats: named detached scalars of the policy loss (V-MPO: ``vmpo/eta``, ``vmpo/alpha``,
             ``vmpo/weights_kl``, ``loss/vmpo_policy``, ``loss/vmpo_temperature``, ``loss/vmpo_trust_region``;
-            AWR: ``awr/weight_mean``, ``awr/clipped_fraction``); None with PPO and vanilla PG.
+            with decoupled bounds ``vmpo/alpha_mu``, ``vmpo/alpha_sigma``, ``vmpo/kl_mu``, ``vmpo/kl_sigma`` in
+            place of ``vmpo/alpha``; AWR: ``awr/weight_mean``, ``awr/clipped_fraction``); None with PPO and vanilla PG.
     """
 
     policy: torch.Tensor
@@ -275,8 +281,9 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         old_values_normalized: ``[B, T]`` the values recorded when acting, in the head's scale.
         valids: ``[B, T]`` bool.
         params: ``ppo_clip_ratio, ppo_clip_value, exploration_loss``, ``policy_loss`` and its parameters.
-        vmpo_raw_duals: ``[2]`` V-MPO's learned parameters (``sfx.algo.policy_losses.vmpo_duals``); needed with
-            ``policy_loss="vmpo"``, unused otherwise.
+        vmpo_raw_duals: ``[2]`` V-MPO's learned parameters (``sfx.algo.policy_losses.vmpo_duals``; ``[3]``,
+            ``vmpo_decoupled_duals``, with ``vmpo_kl_bounds="decoupled"``); needed with ``policy_loss="vmpo"``,
+            unused otherwise.
         replayed: ``[B, T]`` bool, the samples that come from a replay buffer (None: none). With
             ``replayed_loss="impala"`` they are trained as the V-trace replay platform trains them, IMPALA's loss:
             ``-A log pi`` (V-trace's policy-gradient advantages already carry the clipped ratio) and the unclipped
@@ -312,11 +319,26 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
     else:
         if vmpo_raw_duals is None:
             raise ValueError("appo_loss_terms: policy_loss='vmpo' needs vmpo_raw_duals (the learned eta and alpha)")
-        eta, alpha = vmpo_duals(vmpo_raw_duals)
-        kl_per_sample = old_dist.kl_divergence(dist).reshape(shape)
-        vm = vmpo_loss(log_prob, adv, kl_per_sample, eta, alpha, params.vmpo_eps_eta, params.vmpo_eps_alpha, valids)
+        if params.vmpo_kl_bounds == "decoupled":
+            # Song et al. 2019's appendix: the mean's and the covariance's parts of the KL, bounded apart
+            if not (isinstance(dist, DiagGaussian) and isinstance(old_dist, DiagGaussian)):
+                raise ValueError(f"appo_loss_terms: vmpo_kl_bounds='decoupled' needs Gaussian policies, not "
+                                 f"{type(dist).__name__}")
+            eta, alpha_mu, alpha_sigma = vmpo_decoupled_duals(vmpo_raw_duals)
+            parts = gaussian_kl_parts(old_dist.mean, old_dist.log_std, dist.mean, dist.log_std)
+            vm = vmpo_decoupled_loss(log_prob, adv, parts.mean.reshape(shape), parts.std.reshape(shape), eta,
+                                     alpha_mu, alpha_sigma, params.vmpo_eps_eta, params.vmpo_eps_alpha_mu,
+                                     params.vmpo_eps_alpha_sigma, valids)
+            policy_stats = {"vmpo/alpha_mu": alpha_mu.detach(), "vmpo/alpha_sigma": alpha_sigma.detach(),
+                            "vmpo/kl_mu": vm.kl_mu, "vmpo/kl_sigma": vm.kl_sigma}
+        else:
+            eta, alpha = vmpo_duals(vmpo_raw_duals)
+            kl_per_sample = old_dist.kl_divergence(dist).reshape(shape)
+            vm = vmpo_loss(log_prob, adv, kl_per_sample, eta, alpha, params.vmpo_eps_eta, params.vmpo_eps_alpha,
+                           valids)
+            policy_stats = {"vmpo/alpha": alpha.detach()}
         policy = vm.total
-        policy_stats = {"vmpo/eta": eta.detach(), "vmpo/alpha": alpha.detach(), "vmpo/weights_kl": vm.weights_kl,
+        policy_stats = {"vmpo/eta": eta.detach(), **policy_stats, "vmpo/weights_kl": vm.weights_kl,
                         "loss/vmpo_policy": vm.policy.detach(), "loss/vmpo_temperature": vm.temperature.detach(),
                         "loss/vmpo_trust_region": vm.trust_region.detach()}
     if impala_rows is None:
