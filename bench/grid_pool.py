@@ -19,7 +19,7 @@ def grid_means(x: torch.Tensor, grid: int = GRID) -> torch.Tensor:
     n, c, h, w = x.shape
     if h % grid or w % grid:
         raise ValueError(f"grid_means: a {h} x {w} image does not split into a {grid} x {grid} grid")
-    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+    if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
         y = x.permute(0, 2, 3, 1).reshape(n, grid, h // grid, w * c).sum(2)   # [N, g, W * C]: row blocks
         y = y.reshape(n, grid, grid, w // grid, c).sum(3).permute(0, 3, 1, 2)  # [N, C, g, g]
     else:
