@@ -3,15 +3,17 @@
 import json
 import os
 
+import cv2
 import gymnasium
 import numpy as np
 import pytest
 
 from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg.parsing import parse_args
 from sfx.envs import make_env
 from sfx.envs.doom import SCENARIOS, make_doom_env
 from sfx.envs.doom.actions import DoomActions, button_groups
-from sfx.envs.doom.game import render_resolution
+from sfx.envs.doom.game import FrameConverter, render_resolution
 from sfx.envs.doom.reward_shaping import parse_reward_shaping
 
 
@@ -217,6 +219,26 @@ def test_gray_wide_and_other_sizes():
     assert render_resolution(64, 36, wide_aspect_ratio=True) == (256, 144)
 
 
+@pytest.mark.parametrize("name", ["area", "linear", "nearest"])
+def test_resize_interpolation_filters_the_native_render(name):
+    # the native render of the same seed (160x120 HWC, what the converter is given) resized by the named filter
+    env = doom(resize_interpolation=name)
+    obs = env.reset()[0][0]
+    native = doom(res_w=160, res_h=120).reset()[0][0].transpose(1, 2, 0)
+    filt = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}[name]
+    assert np.array_equal(obs, cv2.resize(np.ascontiguousarray(native), (128, 72), interpolation=filt).transpose(2, 0, 1))
+    # nearest copies rendered pixels: every value is one of the native frame's at the same channel
+    if name == "nearest":
+        assert set(np.unique(obs[0])) <= set(np.unique(native[..., 0]))
+
+
+def test_resize_interpolation_bad_name():
+    with pytest.raises(ConfigError, match="--resize_interpolation=cubic is not known; allowed: area, linear, nearest"):
+        FrameConverter((160, 120), (128, 72), "rgb", "cubic")
+    with pytest.raises(ConfigError, match="--resize_interpolation: invalid choice: 'cubic'"):
+        parse_args(["--env=doom_basic", "--resize_interpolation=cubic"], resume=False)
+
+
 def test_render_rgb_array():
     cfg = default_cfg("doom_basic", seed=1, pixel_format="gray")
     env = make_doom_env("doom_basic", cfg, render_mode="rgb_array")
@@ -242,6 +264,7 @@ def test_family_defaults():
     cfg = default_cfg("doom_basic")
     assert (cfg.env_frameskip, cfg.encoder_type, cfg.encoder_subtype) == (4, "conv", "convnet_simple")
     assert (cfg.res_w, cfg.res_h, cfg.wide_aspect_ratio, cfg.pixel_format) == (128, 72, False, "rgb")
+    assert cfg.resize_interpolation == "linear"
     assert cfg.doom_reward_shaping is None
     # each scenario's action space: basic Sample Factory's idle / left / right / attack, others every combination
     assert cfg.doom_action_space == "single" and default_cfg("doom_defend_the_center").doom_action_space == "discrete"

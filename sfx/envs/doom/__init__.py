@@ -4,7 +4,10 @@
 fixed-cost scenario for throughput runs). Flags of the family:
 
 * ``--res_w --res_h`` (128x72): observation size. VizDoom renders only its native resolutions, so
-  the frame is rendered at the smallest native one at least as large and resized with INTER_AREA.
+  the frame is rendered at the smallest native one at least as large and resized.
+* ``--resize_interpolation`` (linear): that resize's filter: ``linear`` (two-by-two neighbours), ``area``
+  (footprint averages, no aliasing; a quarter of a step's time on 160x120 -> 128x72) or ``nearest``
+  (Sample Factory's; learned less on doom_basic).
 * ``--wide_aspect_ratio`` (False): render 16:9 (256x144 for 128x72, a wider field of view)
   instead of 4:3 (160x120, the scenarios' own field of view, faster).
 * ``--pixel_format`` (rgb): ``rgb`` -> ``(3, H, W)`` or ``gray`` -> ``(1, H, W)``, uint8.
@@ -90,11 +93,15 @@ __all__ = ["PREFIX", "SCENARIOS", "DoomScenario", "make_doom_env", "register_doo
 def add_doom_params(parser: argparse.ArgumentParser) -> None:
     """The ``doom_`` family's flags."""
     # imported here: game.py imports vizdoom and cv2, which --help for other families does not need
-    from sfx.envs.doom.game import PIXEL_FORMATS
+    from sfx.envs.doom.game import INTERPOLATIONS, PIXEL_FORMATS
 
     g = parser.add_argument_group("doom_ envs")
     g.add_argument("--res_w", type=int, default=128, help="observation width in pixels")
     g.add_argument("--res_h", type=int, default=72, help="observation height in pixels")
+    g.add_argument("--resize_interpolation", choices=tuple(INTERPOLATIONS), default="linear",
+                   help="filter of the resize from VizDoom's native resolution to res_w x res_h: linear (two-by-two "
+                        "neighbours), area (averages each output pixel's footprint, no aliasing; 1.36x linear's env "
+                        "step time at 160x120 -> 128x72), nearest (Sample Factory's; learned less on doom_basic)")
     add_bool_arg(g, "wide_aspect_ratio", False,
                  "render 16:9 (wider field of view, e.g. 256x144) instead of 4:3 (e.g. 160x120) before resizing")
     g.add_argument("--pixel_format", choices=PIXEL_FORMATS, default="rgb",
@@ -166,7 +173,8 @@ def make_scenario_env(scenario: DoomScenario, full_env_name: str, cfg: Any, env_
 
     settings = GameSettings(res_w=cfg.res_w, res_h=cfg.res_h,
                             wide_aspect_ratio=cfg.wide_aspect_ratio,
-                            pixel_format=cfg.pixel_format, seed=env_seed(cfg, env_config))
+                            pixel_format=cfg.pixel_format, interpolation=cfg.resize_interpolation,
+                            seed=env_seed(cfg, env_config))
     return DoomEnv(scenario, settings, frameskip=cfg.env_frameskip,
                    action_space=cfg.doom_action_space,
                    measurements=cfg.doom_measurements,

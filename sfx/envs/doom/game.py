@@ -33,6 +33,13 @@ from sfx.envs.doom.reward_shaping import TRACKED_VARIABLES
 from sfx.envs.doom.scenarios import DoomScenario
 
 PIXEL_FORMATS = ("rgb", "gray")
+# --resize_interpolation: OpenCV's filters for the render -> observation resize. area averages each output
+# pixel's footprint (no aliasing; ~100 us per 160x120 -> 128x72 RGB frame, one core: a quarter of a
+# doom_basic step at frameskip 4); linear weighs the two-by-two nearest pixels (~20 us); nearest takes one
+# pixel (~10 us, Sample Factory's choice). linear is the default: doom_basic learned as well as with area
+# (3 seeds x 800k frames each) with 1.36x area's raw env steps per second; nearest learned less
+# (docs/benchmarks.md, "The frame resize").
+INTERPOLATIONS = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}
 
 _CWD_LOCK = threading.Lock()
 
@@ -74,6 +81,7 @@ class GameSettings:
         res_w, res_h: observation size in pixels.
         wide_aspect_ratio: render 16:9 (else 4:3) before resizing to ``res_w x res_h``.
         pixel_format: ``rgb`` (3 channels) or ``gray`` (1 channel); observations are CHW uint8.
+        interpolation: the resize's filter, a key of :data:`INTERPOLATIONS`.
         seed: seed of the game's random generator (``None``: VizDoom's own).
         game_args: extra engine arguments (e.g. a multiplayer host's ``-host 2 -port 5029``).
         mode: ``vizdoom.Mode`` (``PLAYER``: synchronous, the engine waits for each action).
@@ -83,6 +91,7 @@ class GameSettings:
     res_h: int = 72
     wide_aspect_ratio: bool = False
     pixel_format: str = "rgb"
+    interpolation: str = "linear"
     seed: int | None = None
     game_args: tuple[str, ...] = ()
     mode: vzd.Mode = vzd.Mode.PLAYER
@@ -92,13 +101,18 @@ class FrameConverter:
     """Screen buffer of the game -> observation ``(C, res_h, res_w)`` uint8.
 
     Renders straight into CHW (``CRCGCB``) when no resize is needed; otherwise renders HWC, resizes
-    with ``INTER_AREA`` (an average over each output pixel's footprint, no aliasing) and moves the
+    with ``interpolation`` (a key of :data:`INTERPOLATIONS`; ``linear`` by default) and moves the
     channels first.
     """
 
-    def __init__(self, render_size: tuple[int, int], obs_size: tuple[int, int], pixel_format: str) -> None:
+    def __init__(self, render_size: tuple[int, int], obs_size: tuple[int, int], pixel_format: str,
+                 interpolation: str = "linear") -> None:
         if pixel_format not in PIXEL_FORMATS:
             raise ConfigError(f"--pixel_format={pixel_format} is not known; allowed: {', '.join(PIXEL_FORMATS)}")
+        if interpolation not in INTERPOLATIONS:
+            raise ConfigError(f"--resize_interpolation={interpolation} is not known; "
+                              f"allowed: {', '.join(INTERPOLATIONS)}")
+        self.interpolation = INTERPOLATIONS[interpolation]
         self.render_size, self.obs_size = render_size, obs_size
         self.gray = pixel_format == "gray"
         self.resize = render_size != obs_size
@@ -110,7 +124,7 @@ class FrameConverter:
 
     def __call__(self, screen: np.ndarray) -> np.ndarray:
         if self.resize:
-            screen = cv2.resize(screen, self.obs_size, interpolation=cv2.INTER_AREA)
+            screen = cv2.resize(screen, self.obs_size, interpolation=self.interpolation)
             if not self.gray:
                 return np.ascontiguousarray(screen.transpose(2, 0, 1))
         if self.gray:
@@ -142,7 +156,8 @@ def create_game(scenario: DoomScenario, settings: GameSettings,
         ``(game, frame_converter, workdir)``: close with :func:`close_game` ``(game, workdir)``.
     """
     render_size = render_resolution(settings.res_w, settings.res_h, settings.wide_aspect_ratio)
-    converter = FrameConverter(render_size, (settings.res_w, settings.res_h), settings.pixel_format)
+    converter = FrameConverter(render_size, (settings.res_w, settings.res_h), settings.pixel_format,
+                               settings.interpolation)
     game = vzd.DoomGame()
     game.load_config(scenario.cfg_path())
     if scenario.wad_file is not None:

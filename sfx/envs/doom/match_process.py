@@ -57,6 +57,7 @@ class MatchSpec:
         timelimit_min: match length in game minutes (``+timelimit``).
         render_size, obs_size: ``(w, h)`` rendered and observed.
         pixel_format: ``rgb`` or ``gray``.
+        interpolation: the resize's filter (``--resize_interpolation``).
         seed: host seed (``None``: the engine's).
         connect_timeout_sec: how long the host waits for joiners in ``init()``.
     """
@@ -74,6 +75,7 @@ class MatchSpec:
     pixel_format: str
     seed: int | None
     connect_timeout_sec: int = 10
+    interpolation: str = "linear"
 
     def obs_shape(self) -> tuple[int, int, int]:
         """One agent's observation shape ``(C, H, W)``."""
@@ -104,7 +106,7 @@ def _make_player(spec: MatchSpec, index: int, port: int, workdir: str) -> Any:
 
     from sfx.envs.doom.game import FrameConverter
 
-    converter = FrameConverter(spec.render_size, spec.obs_size, spec.pixel_format)
+    converter = FrameConverter(spec.render_size, spec.obs_size, spec.pixel_format, spec.interpolation)
     game = vzd.DoomGame()
     game.load_config(spec.cfg_path)
     game.set_doom_map(spec.doom_map)

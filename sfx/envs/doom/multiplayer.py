@@ -198,7 +198,8 @@ class DoomMultiplayerEnv(MultiAgentEnv):
     Args:
         scenario: which map and defaults.
         num_agents, num_bots: players (see :func:`match_players`).
-        res_w, res_h, wide_aspect_ratio, pixel_format: observation (as the single-player ``doom_`` envs).
+        res_w, res_h, wide_aspect_ratio, pixel_format, interpolation: observation (as the single-player ``doom_``
+            envs).
         frameskip: tics per agent step.
         timelimit_min: episode (match) length in game minutes.
         bot_difficulty: 0-100 for every bot's skill fields, or ``None`` for vizdoom's bundled bots.
@@ -218,7 +219,7 @@ class DoomMultiplayerEnv(MultiAgentEnv):
                  frameskip: int = 4, timelimit_min: float = 4.0, bot_difficulty: int | None = None,
                  match_timeout_sec: float = 10.0, action_space: str = "discrete",
                  reward_shaping: Mapping[str, float] | None = None, seed: int | None = None,
-                 measurements: bool = False, render_mode: str | None = None) -> None:
+                 measurements: bool = False, render_mode: str | None = None, interpolation: str = "linear") -> None:
         from sfx.envs.doom.game import render_resolution
 
         if frameskip < 1:
@@ -246,7 +247,7 @@ class DoomMultiplayerEnv(MultiAgentEnv):
                               num_agents=self.num_agents, num_bots=self.num_bots, bots_cfg_path=bots_cfg,
                               frameskip=int(frameskip), timelimit_min=float(timelimit_min),
                               render_size=render_resolution(res_w, res_h, wide_aspect_ratio), obs_size=(res_w, res_h),
-                              pixel_format=pixel_format, seed=seed)
+                              pixel_format=pixel_format, seed=seed, interpolation=interpolation)
         shape = self.spec.obs_shape()
         self.measurements = bool(measurements)
         self.render_mode = render_mode
@@ -459,6 +460,7 @@ def make_multiplayer_env(full_env_name: str, cfg: Any, env_config: dict | None =
         scenario, num_agents=cfg.doom_num_agents, num_bots=cfg.doom_num_bots,
         res_w=cfg.res_w, res_h=cfg.res_h,
         wide_aspect_ratio=cfg.wide_aspect_ratio, pixel_format=cfg.pixel_format,
+        interpolation=cfg.resize_interpolation,
         frameskip=cfg.env_frameskip, timelimit_min=cfg.doom_timelimit_min,
         bot_difficulty=cfg.doom_bot_difficulty,
         match_timeout_sec=cfg.doom_match_timeout_sec,
