@@ -170,6 +170,9 @@ def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
                    help="one more sfx training row named NAME, with these sfx.train flags added (repeatable)")
     p.add_argument("--train_flags", default="",
                    help="sfx.train flags for every sfx doom training row (as after --), e.g. \"--hidden_size=256\"")
+    p.add_argument("--sfx_env_flags", default="",
+                   help="sfx env flags for every sfx row (raw, sampler, trainings, the overhead pair), never Sample "
+                        "Factory's, e.g. \"--resize_interpolation=linear\"")
     p.add_argument("--raw_processes", type=int, default=0, help="raw limit's processes; 0 = one per CPU core")
     p.add_argument("--raw_envs_per_process", type=int, default=1, help=argparse.SUPPRESS)  # set per row
     p.add_argument("--only", action="append", metavar="KEY",
@@ -194,11 +197,14 @@ def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
     if args.child:
         args.extra = extra
         return args
-    try:
-        train_flags = shlex.split(args.train_flags)
-    except ValueError as e:
-        raise BenchArgError(f"--train_flags={args.train_flags!r} cannot be split: {e}") from None
-    args.extra = [*train_flags, *extra]
+    split = {}
+    for name in ("train_flags", "sfx_env_flags"):
+        try:
+            split[name] = shlex.split(getattr(args, name))
+        except ValueError as e:
+            raise BenchArgError(f"--{name}={getattr(args, name)!r} cannot be split: {e}") from None
+    args.sfx_env = split["sfx_env_flags"]
+    args.extra = [*args.sfx_env, *split["train_flags"], *extra]
     for name, value in (("--seconds", args.seconds), ("--num_workers", args.num_workers),
                         ("--num_envs_per_worker", args.num_envs_per_worker), ("--batch_size", args.batch_size)):
         if value <= 0:
@@ -547,7 +553,8 @@ def sf_training(args: argparse.Namespace, workdir: Path) -> Training:
 
 def overhead_sfx_training(args: argparse.Namespace, workdir: Path) -> Training:
     # run as the main module: sfx's worker processes import it again and register its encoder
-    cmd = [sys.executable, "-m", OVERHEAD_SFX_MODULE, *overhead_flags(args), f"--encoder_type={OVERHEAD_ENCODER}",
+    cmd = [sys.executable, "-m", OVERHEAD_SFX_MODULE, *overhead_flags(args), *args.sfx_env,
+           f"--encoder_type={OVERHEAD_ENCODER}",
            f"--hidden_size={OVERHEAD_WIDTH}", f"--train_dir={workdir / 'train_dir'}", "--experiment=bench_overhead",
            "--report_every_sec=5"]
     return Training("overhead_sfx", cmd, SFX_COUNTER, child_env(), SFX_STATS)
@@ -563,7 +570,7 @@ def overhead_sf_training(args: argparse.Namespace, workdir: Path) -> Training:
 
 def overhead_sampler_flags(args: argparse.Namespace) -> list[str]:
     """The dummy sampler on the overhead trainings' env and settings (its slots sized like theirs)."""
-    return [*env_flags(args), f"--num_workers={args.num_workers}",
+    return [*env_flags(args), *args.sfx_env, f"--num_workers={args.num_workers}",
             f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2", "--rollout=32",
             f"--batch_size={args.batch_size}", "--use_rnn=False", f"--hidden_size={OVERHEAD_WIDTH}",
             "--set_workers_cpu_affinity=True"]
@@ -736,11 +743,17 @@ def format_ratios(r: dict[str, float], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def sampling_flags(args: argparse.Namespace) -> list[str]:
+    """The sfx flags of the raw and sampler rows (their children parse them as sfx's configuration)."""
+    return [*env_flags(args), *args.sfx_env, f"--num_workers={args.num_workers}",
+            f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2",
+            f"--batch_size={args.batch_size}", "--set_workers_cpu_affinity=True"]
+
+
 def measurements(args: argparse.Namespace, workdir: Path, raw_n: int) -> list[tuple[str, str, Callable[[], dict]]]:
     """(key, label, measure) of every row, in measuring order."""
     setting = f"{args.num_workers} workers x {args.num_envs_per_worker} envs"
-    flags = [*env_flags(args), f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs_per_worker}",
-             "--worker_num_splits=2", f"--batch_size={args.batch_size}", "--set_workers_cpu_affinity=True"]
+    flags = sampling_flags(args)
     n = args.episode_len
     on = "" if args.device == "cpu" else f" on {args.device}"
     steps = [
@@ -834,7 +847,7 @@ def main(argv: list[str] | None = None) -> int:
             scale_args = argparse.Namespace(**{**vars(args), "seconds": args.scaling_seconds})
             for w in workers:
                 for e in envs:
-                    point_flags = [*env_flags(args), f"--num_workers={w}", f"--num_envs_per_worker={e}",
+                    point_flags = [*env_flags(args), *args.sfx_env, f"--num_workers={w}", f"--num_envs_per_worker={e}",
                                    "--worker_num_splits=2" if e % 2 == 0 else "--worker_num_splits=1",
                                    "--set_workers_cpu_affinity=True"]
                     print(f"scaling: dummy sampler {w} workers x {e} envs ...", flush=True)
@@ -861,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
         files.append(out_dir / "throughput_scaling.png")
     summary = {"date": today, "env": args.env, "cores": cores, "seconds": args.seconds, "tiny": args.tiny,
                "device": args.device, "gpu": gpu, "episode_len": args.episode_len,
-               "sfx_extra_flags": args.extra, "sfx_rows": args.rows,
+               "sfx_extra_flags": args.extra, "sfx_env_flags": args.sfx_env, "sfx_rows": args.rows,
                "settings": {"num_workers": args.num_workers, "num_envs_per_worker": args.num_envs_per_worker,
                             "batch_size": args.batch_size},
                "load_average_at_end": _load(),

@@ -358,6 +358,17 @@ def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, ca
     assert throughput.capped_flags(args, ["--env=doom_basic", "--num_workers=2"]) == [
         "--env=bench_cap_doom_basic", "--num_workers=2", "--bench_cap_steps=8"]
 
+    # --sfx_env_flags: every sfx row (the measured rows' shared flags, trainings, the overhead pair), no SF row
+    env_args = throughput.parse_bench_args(["--sfx_env_flags=--resize_interpolation=linear", "--train_flags=--a=1"])
+    linear = "--resize_interpolation=linear"
+    assert linear in throughput.sampling_flags(env_args)
+    assert linear in throughput.sfx_training(env_args, tmp_path, "sfx", []).cmd
+    assert linear in throughput.overhead_sfx_training(env_args, tmp_path).cmd
+    assert linear in throughput.overhead_sampler_flags(env_args)
+    assert linear not in throughput.sf_training(env_args, tmp_path).cmd
+    assert linear not in throughput.overhead_sf_training(env_args, tmp_path).cmd
+    assert env_args.extra == [linear, "--a=1"]
+
     only = throughput.parse_bench_args(["--only=overhead", "--only=rows", "--sfx_row=a=--x=1", "--skip_sf"])
     assert only.wanted == ["a", "overhead_sampler", "overhead_sfx"]
     assert throughput.parse_bench_args([]).wanted == ["raw", "raw_many", "sampler", "sfx", "sf", "overhead_sampler",
@@ -366,7 +377,8 @@ def test_throughput_rows_flags_and_devices_reach_the_right_commands(tmp_path, ca
     bad = {("--sfx_row", "ungated"): "NAME=", ("--sfx_row", "sfx=--x=1"): "taken",
            ("--sfx_row", "a=batches_ahead=0"): "starting with --", ("--only", "nope"): "not a row",
            ("--only", "sampler_len"): "--episode_len", ("--only", "rows"): "none is given",
-           ("--batch_size", "0"): "positive", ("--train_flags", "'open"): "cannot be split"}
+           ("--batch_size", "0"): "positive", ("--train_flags", "'open"): "cannot be split",
+           ("--sfx_env_flags", "'open"): "--sfx_env_flags=.*cannot be split"}
     for argv, message in bad.items():
         with pytest.raises(throughput.BenchArgError, match=message):
             throughput.parse_bench_args(list(argv))
