@@ -57,6 +57,13 @@ class PolicyWorker(Component):
         self._memory_buf: torch.Tensor | None = None  # a memory core's gathered memories (see process)
         # on a GPU, rows are gathered into page-locked buffers so their copies to the device are asynchronous
         self.staging = HostStaging(device)
+        # --inference_gather=device: the GPU reads the observation and recurrent-state rows from the slots in place
+        self.mapped = None
+        if getattr(cfg, "inference_gather", "host") == "device" and device.type == "cuda":
+            from sfx.engine.mapped_slots import MappedSlots
+
+            self.mapped = MappedSlots.create(device, {**{f"obs.{k}": v for k, v in traj_buffers.obs.items()},
+                                                      "rnn_states": traj_buffers.rnn_states})
         # on a GPU, forward passes replayed from CUDA graphs (launching the kernels from Python costs more than
         # running them); at most every agent of this rank acts at once, plus its time-limit rows
         self.graphs = GraphedStep.create(cfg, self.model, device, max_rows=2 * int(agent_buffers.final_rnn.shape[0]))
@@ -100,8 +107,12 @@ class PolicyWorker(Component):
         slots, ts = rows[:, REQ_SLOT], rows[:, REQ_T]
         at_obs = torch.from_numpy(slots * (traj.rollout + 1) + ts)
         at_step = torch.from_numpy(slots * traj.rollout + ts)
-        obs = {k: self.staging.rows(k, v, at_obs) for k, v in traj.obs.items()}
-        rnn = self.staging.rows("rnn_states", traj.rnn_states, at_obs)
+        if self.mapped is not None:  # gathered by the device from the slots: already where the model runs
+            obs = {k: self.mapped.rows(f"obs.{k}", at_obs) for k in traj.obs}
+            rnn = self.mapped.rows("rnn_states", at_obs)
+        else:
+            obs = {k: self.staging.rows(k, v, at_obs) for k, v in traj.obs.items()}
+            rnn = self.staging.rows("rnn_states", traj.rnn_states, at_obs)
         # a memory core (Transformer-XL): each row's agent's memory; a truncated episode's last value reads
         # the same agent's memory (this step's entry is written only after the forward pass)
         memory_agents = rows_t[:, REQ_AGENT] if self.model.memory_len else None
@@ -110,8 +121,8 @@ class PolicyWorker(Component):
         if trunc_mask is not None and trunc_mask.any():
             trunc_rows = rows_t[torch.from_numpy(trunc_mask)]
             agent_idx = trunc_rows[:, REQ_AGENT]
-            obs = {k: torch.cat([v, self.agents.final_obs[k][agent_idx]]) for k, v in obs.items()}
-            rnn = torch.cat([rnn, self.agents.final_rnn[agent_idx]])
+            obs = {k: torch.cat([v, self.agents.final_obs[k][agent_idx].to(v.device)]) for k, v in obs.items()}
+            rnn = torch.cat([rnn, self.agents.final_rnn[agent_idx].to(rnn.device)])
             if memory_agents is not None:
                 memory_agents = torch.cat([memory_agents, agent_idx])
         else:
@@ -134,8 +145,9 @@ class PolicyWorker(Component):
             tasks = tasks.to(dev, non_blocking=True)
         meter.add("gather", clock() - t_gather)
         with meter.section("to_device"):
-            obs = {k: self.staging.to_device(k, v) for k, v in obs.items()}
-            rnn = self.staging.to_device("rnn_states", rnn)
+            if self.mapped is None:
+                obs = {k: self.staging.to_device(k, v) for k, v in obs.items()}
+                rnn = self.staging.to_device("rnn_states", rnn)
         with meter.section("forward"), torch.inference_mode():
             out = self.graphs(obs, rnn) if self.graphs is not None else None
             if out is None:

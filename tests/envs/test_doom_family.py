@@ -222,11 +222,13 @@ def test_gray_wide_and_other_sizes():
 @pytest.mark.parametrize("name", ["area", "linear", "nearest"])
 def test_resize_interpolation_filters_the_native_render(name):
     # the native render of the same seed (160x120 HWC, what the converter is given) resized by the named filter
-    env = doom(resize_interpolation=name)
+    env, native_env = doom(resize_interpolation=name), doom(res_w=160, res_h=120)
     obs = env.reset()[0][0]
-    native = doom(res_w=160, res_h=120).reset()[0][0].transpose(1, 2, 0)
+    native = np.ascontiguousarray(native_env.reset()[0][0].transpose(1, 2, 0))
+    env.close()
+    native_env.close()
     filt = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}[name]
-    assert np.array_equal(obs, cv2.resize(np.ascontiguousarray(native), (128, 72), interpolation=filt).transpose(2, 0, 1))
+    assert np.array_equal(obs, cv2.resize(native, (128, 72), interpolation=filt).transpose(2, 0, 1))
     # nearest copies rendered pixels: every value is one of the native frame's at the same channel
     if name == "nearest":
         assert set(np.unique(obs[0])) <= set(np.unique(native[..., 0]))
