@@ -22,6 +22,16 @@ CFG_FILE = "cfg.json"
 # Stored next to the flags in cfg; not flags themselves.
 META_FIELDS = ("explicit_args", "command_line")
 
+# Flags that came with a default other than what sfx did before they existed. An experiment saved before such a
+# flag resumes (and is evaluated) with what it was trained with, not the new default: flag name -> that value,
+# registered by the flag's owner (an env family, an agent) with register_former_default.
+FORMER_DEFAULTS: dict[str, Any] = {}
+
+
+def register_former_default(flag: str, value: Any) -> None:
+    """A saved cfg.json without ``flag`` (written before the flag existed) resumes with ``value``."""
+    FORMER_DEFAULTS[flag] = value
+
 
 class ArgParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are :class:`ConfigError` (one line) instead of usage + exit."""
@@ -266,6 +276,12 @@ def _resume(cfg: argparse.Namespace, saved: dict, explicit: set[str], cfg_file: 
     for key, value in saved.items():
         if key in current and key not in explicit:
             current[key] = value
+    older = {k: v for k, v in FORMER_DEFAULTS.items() if k in current and k not in saved and k not in explicit}
+    for key, value in older.items():
+        current[key] = value
+    if older:
+        log.info("%s was saved before %s existed: resuming with what it trained with (%s)", cfg_file,
+                 ", ".join(f"--{k}" for k in older), ", ".join(f"--{k}={v}" for k, v in older.items()))
     # the folder was found where this command line points (it may have moved since it was saved)
     cfg.train_dir, cfg.experiment = train_dir, experiment
 

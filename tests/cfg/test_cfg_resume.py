@@ -91,3 +91,22 @@ def test_moved_experiment_uses_the_current_location(tmp_path, saved):
     (tmp_path / "exp").rename(moved)
     cfg = parse_args(["--env=gym_CartPole-v1", f"--train_dir={tmp_path}", "--experiment=moved"])
     assert (cfg.experiment, cfg.rollout) == ("moved", 64)
+
+
+def test_an_experiment_saved_before_a_flag_existed_resumes_with_what_it_trained_with(tmp_path, caplog):
+    """doom's --resize_interpolation arrived with default linear; a doom experiment saved before it trained on area."""
+    doom = ["--env=doom_basic", f"--train_dir={tmp_path}"]
+    cfg = parse_args([*doom, "--experiment=old"])
+    save_cfg(cfg)
+    path = cfg_path(cfg)
+    old = json.loads(path.read_text())
+    del old["resize_interpolation"]  # as written before the flag existed
+    path.write_text(json.dumps(old))
+    with caplog.at_level("INFO"):
+        assert parse_args([*doom, "--experiment=old"]).resize_interpolation == "area"
+    assert "saved before --resize_interpolation existed" in caplog.text
+    assert parse_args([*doom, "--experiment=old", "--resize_interpolation=nearest"]).resize_interpolation == "nearest"
+    # saved with the flag: its value; a new experiment: the new default
+    save_cfg(parse_args([*doom, "--experiment=new"]))
+    assert parse_args([*doom, "--experiment=new"]).resize_interpolation == "linear"
+    assert parse_args([*doom, "--experiment=fresh"]).resize_interpolation == "linear"

@@ -7,7 +7,8 @@ fixed-cost scenario for throughput runs). Flags of the family:
   the frame is rendered at the smallest native one at least as large and resized.
 * ``--resize_interpolation`` (linear): that resize's filter: ``linear`` (two-by-two neighbours), ``area``
   (footprint averages, no aliasing; a quarter of a step's time on 160x120 -> 128x72) or ``nearest``
-  (Sample Factory's; learned less on doom_basic).
+  (Sample Factory's; learned less on doom_basic). An experiment saved before the flag existed (trained on
+  area) resumes and is evaluated with area.
 * ``--wide_aspect_ratio`` (False): render 16:9 (256x144 for 128x72, a wider field of view)
   instead of 4:3 (160x120, the scenarios' own field of view, faster).
 * ``--pixel_format`` (rgb): ``rgb`` -> ``(3, H, W)`` or ``gray`` -> ``(1, H, W)``, uint8.
@@ -232,6 +233,9 @@ def served_gym_id(gym_id: str) -> str | None:
 
 def register_family() -> None:
     """Register the ``doom_`` family (called by the registry on the first ``doom_`` env name)."""
+    from sfx.cfg.parsing import register_former_default
+
+    register_former_default("resize_interpolation", "area")  # experiments saved before 2026-11-28 trained on it
     register_env_family(PREFIX, make_doom_env, add_params_fn=add_doom_params,
                         default_overrides=doom_default_overrides, validate_fn=validate_doom_cfg,
                         gym_id_fn=served_gym_id)
