@@ -60,7 +60,7 @@ def test_a_dtype_the_interface_cannot_name_falls_back_and_cuda_still_works(caplo
     assert MappedSlots.create(torch.device("cuda"), {"x": bad}) is None
     assert "gathering on the host instead" in caplog.text
     assert float((torch.ones(3, device="cuda") * 2).sum()) == 6.0  # no stale CUDA error left behind
-    # the fallback unregistered its memory: registering it again works
+    # after a fallback, registering other slot memory works
     ok = MappedSlots.create(torch.device("cuda"), {"x": bad.float().share_memory_()})
     assert ok is not None
     ok.close()
