@@ -107,9 +107,7 @@ class MappedSlots:
         for name, buf in buffers.items():
             flat = buf.view(-1, *buf.shape[2:])
             at = torch.tensor(sorted({0, len(flat) // 2, len(flat) - 1}), dtype=torch.long)
-            got = self.rows(name, at).cpu()
-            if not torch.equal(got.view(torch.uint8) if got.dtype == torch.bool else got,
-                               flat[at].view(torch.uint8) if got.dtype == torch.bool else flat[at]):
+            if not torch.equal(self.rows(name, at).cpu(), flat[at]):
                 raise RuntimeError(f"rows of {name!r} read on the device differ from the host's")
 
     def __contains__(self, name: str) -> bool:
