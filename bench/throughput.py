@@ -255,6 +255,11 @@ def env_flags(args: argparse.Namespace) -> list[str]:
     return [f"--env={args.env}", "--res_w=128", "--res_h=72", "--env_frameskip=4", "--wide_aspect_ratio=False"]
 
 
+def sfx_env(args: argparse.Namespace) -> list[str]:
+    """:func:`env_flags` and ``--sfx_env_flags``: the env settings of rows that only sfx runs."""
+    return [*env_flags(args), *args.sfx_env]
+
+
 def child_env() -> dict[str, str]:
     return common_child_env(env_modules=(EPISODE_CAP_MODULE,), unbuffered=True)
 
@@ -570,7 +575,7 @@ def overhead_sf_training(args: argparse.Namespace, workdir: Path) -> Training:
 
 def overhead_sampler_flags(args: argparse.Namespace) -> list[str]:
     """The dummy sampler on the overhead trainings' env and settings (its slots sized like theirs)."""
-    return [*env_flags(args), *args.sfx_env, f"--num_workers={args.num_workers}",
+    return [*sfx_env(args), f"--num_workers={args.num_workers}",
             f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2", "--rollout=32",
             f"--batch_size={args.batch_size}", "--use_rnn=False", f"--hidden_size={OVERHEAD_WIDTH}",
             "--set_workers_cpu_affinity=True"]
@@ -745,7 +750,7 @@ def format_ratios(r: dict[str, float], args: argparse.Namespace) -> str:
 
 def sampling_flags(args: argparse.Namespace) -> list[str]:
     """The sfx flags of the raw and sampler rows (their children parse them as sfx's configuration)."""
-    return [*env_flags(args), *args.sfx_env, f"--num_workers={args.num_workers}",
+    return [*sfx_env(args), f"--num_workers={args.num_workers}",
             f"--num_envs_per_worker={args.num_envs_per_worker}", "--worker_num_splits=2",
             f"--batch_size={args.batch_size}", "--set_workers_cpu_affinity=True"]
 
@@ -847,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
             scale_args = argparse.Namespace(**{**vars(args), "seconds": args.scaling_seconds})
             for w in workers:
                 for e in envs:
-                    point_flags = [*env_flags(args), *args.sfx_env, f"--num_workers={w}", f"--num_envs_per_worker={e}",
+                    point_flags = [*sfx_env(args), f"--num_workers={w}", f"--num_envs_per_worker={e}",
                                    "--worker_num_splits=2" if e % 2 == 0 else "--worker_num_splits=1",
                                    "--set_workers_cpu_affinity=True"]
                     print(f"scaling: dummy sampler {w} workers x {e} envs ...", flush=True)
