@@ -108,8 +108,9 @@ class PolicyWorker(Component):
         at_obs = torch.from_numpy(slots * (traj.rollout + 1) + ts)
         at_step = torch.from_numpy(slots * traj.rollout + ts)
         if self.mapped is not None:  # gathered by the device from the slots: already where the model runs
-            obs = {k: self.mapped.rows(f"obs.{k}", at_obs) for k in traj.obs}
-            rnn = self.mapped.rows("rnn_states", at_obs)
+            at_dev = at_obs.to(dev, non_blocking=True)  # one copy of the indices for every buffer
+            obs = {k: self.mapped.rows(f"obs.{k}", at_dev) for k in traj.obs}
+            rnn = self.mapped.rows("rnn_states", at_dev)
         else:
             obs = {k: self.staging.rows(k, v, at_obs) for k, v in traj.obs.items()}
             rnn = self.staging.rows("rnn_states", traj.rnn_states, at_obs)
