@@ -62,7 +62,9 @@ torch runs on ``torch.set_num_threads(--threads)`` (default 1: the zoo's train.p
 unless ``--num-threads`` is given, so the zoo does not prescribe it) and ``--device=cpu`` by default.
 Output: a table on stdout and ``<out>/sb3_<algo>_<env>.json`` (per seed the figures above, the
 hyperparameters, SB3 / rl_zoo3 / torch / gymnasium versions). Run one training at a time (``nice -n 5`` on a
-shared machine): the seeds run one after the other in this process.
+shared machine): the seeds run one after the other in this process. ``python -m bench.sb3_tb <json>
+--dir=<train_dir>`` (in sfx's venv) writes each seed's curve as an experiment folder, so ``sfx.tb plot`` and
+``sfx.tb table`` show SB3 beside sfx.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""Stable-Baselines3 reference runs as experiment folders that ``sfx.tb`` reads: plot and tabulate SB3's curves
+beside sfx's with the same tools, in the same units::
+
+    bench/sb3_venv/bin/python bench/sb3_baseline.py --algo=ppo --env=HalfCheetah-v5 \\
+        --hyperparams_from=HalfCheetah-v4 --seeds=0,1,2 --out=OUT           # SB3's side: OUT/sb3_ppo_HalfCheetah-v5.json
+    python -m bench.sb3_tb OUT/sb3_ppo_HalfCheetah-v5.json --dir=train_dir  # train_dir/sb3_ppo_halfcheetah-v5_see=N
+    python -m sfx.tb plot 'my_sfx_runs*' 'sb3_ppo*' --dir=train_dir
+
+``bench/sb3_baseline.py`` writes one JSON per run with, per seed, ``curve``: (env steps, mean return of the last
+``window`` finished episodes) pairs and ``curve_seconds``: each point's wall seconds from the start of learning.
+This writes each seed as an experiment folder (``<dir>/<name>_see=<seed>``, ``--name`` defaults to
+``sb3_<algo>_<env>``): ``cfg.json`` (the seed, SB3's algorithm, env, the hyperparameters in effect, the versions
+and the JSON it came from) and TensorBoard events under ``.summary/0`` with the scalar ``reward`` (what sfx logs
+under that name: the mean return of the last ``--stats_avg`` = 100 episodes, the same window by default) at step
+= env steps and wall time = the run's start + ``curve_seconds`` (so ``--x=time`` shows SB3's own seconds).
+
+Runs in sfx's environment (torch's TensorBoard writer), never SB3's venv. A folder that exists is replaced only
+with ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+TAG = "reward"
+
+
+class ConvertError(ValueError):
+    """A bad input: the message names the file or the value and what is expected."""
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    try:
+        report = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConvertError(f"{path}: no such file (bench/sb3_baseline.py writes OUT/sb3_<algo>_<env>.json)")
+    except json.JSONDecodeError as e:
+        raise ConvertError(f"{path}: not JSON ({e})")
+    missing = [k for k in ("algo", "env", "seeds") if k not in report]
+    if missing:
+        raise ConvertError(f"{path}: not a bench/sb3_baseline.py report (missing {', '.join(missing)})")
+    for row in report["seeds"]:
+        if "seed" not in row or "curve" not in row:
+            raise ConvertError(f"{path}: a seed's entry has no 'seed' or 'curve' (keys: {sorted(row)})")
+    return report
+
+
+def default_name(report: dict[str, Any]) -> str:
+    """``sb3_<algo>_<env>`` in lower case, with the characters a folder name should not hold replaced."""
+    env = str(report["env"]).replace("/", "-").replace("_", "-")
+    return f"sb3_{report['algo']}_{env}".lower()
+
+
+def write_seed(report: dict[str, Any], row: dict[str, Any], folder: Path, source: Path, start_time: float) -> int:
+    """One seed's experiment folder; returns the number of points written."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    cfg = {"seed": row["seed"], "framework": "stable-baselines3", "algo": report["algo"], "env": report["env"],
+           "hyperparams_entry": report.get("hyperparams_entry"),
+           "hyperparams_effective": report.get("hyperparams_effective"), "n_envs": report.get("n_envs"),
+           "normalize": report.get("normalize"), "window": report.get("window"),
+           "reward_definition": report.get("reward_definition"), "versions": report.get("versions"),
+           "source": str(source)}
+    folder.mkdir(parents=True)
+    (folder / "cfg.json").write_text(json.dumps(cfg, indent=1, default=str))
+    seconds = row.get("curve_seconds") or []
+    writer = SummaryWriter(str(folder / ".summary" / "0"))
+    try:
+        for i, (step, value) in enumerate(row["curve"]):
+            wall = start_time + float(seconds[i]) if i < len(seconds) else None
+            writer.add_scalar(TAG, float(value), int(step), walltime=wall)
+    finally:
+        writer.close()
+    return len(row["curve"])
+
+
+def convert(path: Path, out_dir: Path, name: str | None = None, overwrite: bool = False,
+            start_time: float | None = None) -> list[Path]:
+    """Every seed of the report at ``path`` as ``<out_dir>/<name>_see=<seed>``; returns the folders."""
+    report = load_report(path)
+    name = name or default_name(report)
+    if "/" in name or not name:
+        raise ConvertError(f"--name={name!r}: one folder name, without '/'")
+    start = path.stat().st_mtime if start_time is None else start_time
+    folders = []
+    for row in report["seeds"]:
+        folder = out_dir / f"{name}_see={row['seed']}"
+        if folder.exists():
+            if not overwrite:
+                raise ConvertError(f"{folder} exists (--overwrite replaces it)")
+            shutil.rmtree(folder)
+        n = write_seed(report, row, folder, path.resolve(), start)
+        print(f"{folder}: {n} points of {TAG!r}, seed {row['seed']}, final {row.get('final')}")
+        folders.append(folder)
+    return folders
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.sb3_tb", description=__doc__.split("\n\n")[0])
+    p.add_argument("report", type=Path, help="a bench/sb3_baseline.py JSON")
+    p.add_argument("--dir", type=Path, default=Path("train_dir"), help="where the experiment folders go")
+    p.add_argument("--name", help="folder name before '_see=<seed>' (default: sb3_<algo>_<env>)")
+    p.add_argument("--overwrite", action="store_true", help="replace folders that exist")
+    args = p.parse_args(argv)
+    try:
+        convert(args.report, args.dir, args.name, args.overwrite)
+    except ConvertError as e:
+        print(f"sb3_tb: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
