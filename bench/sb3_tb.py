@@ -2,7 +2,7 @@
 beside sfx's with the same tools, in the same units::
 
     bench/sb3_venv/bin/python bench/sb3_baseline.py --algo=ppo --env=HalfCheetah-v5 \\
-        --hyperparams_from=HalfCheetah-v4 --seeds=0,1,2 --out=OUT           # SB3's side: OUT/sb3_ppo_HalfCheetah-v5.json
+        --hyperparams_from=HalfCheetah-v4 --seeds=0,1,2 --out=OUT  # SB3: OUT/sb3_ppo_HalfCheetah-v5.json
     python -m bench.sb3_tb OUT/sb3_ppo_HalfCheetah-v5.json --dir=train_dir  # train_dir/sb3_ppo_halfcheetah-v5_see=N
     python -m sfx.tb plot 'my_sfx_runs*' 'sb3_ppo*' --dir=train_dir
 
