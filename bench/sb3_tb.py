@@ -9,10 +9,11 @@ beside sfx's with the same tools, in the same units::
 ``bench/sb3_baseline.py`` writes one JSON per run with, per seed, ``curve``: (env steps, mean return of the last
 ``window`` finished episodes) pairs and ``curve_seconds``: each point's wall seconds from the start of learning.
 This writes each seed as an experiment folder (``<dir>/<name>_see=<seed>``, ``--name`` defaults to
-``sb3_<algo>_<env>``): ``cfg.json`` (the seed, SB3's algorithm, env, the hyperparameters in effect, the versions
-and the JSON it came from) and TensorBoard events under ``.summary/0`` with the scalar ``reward`` (what sfx logs
-under that name: the mean return of the last ``--stats_avg`` = 100 episodes, the same window by default) at step
-= env steps and wall time = the run's start + ``curve_seconds`` (so ``--x=time`` shows SB3's own seconds).
+``sb3_<algo>_<env>``): ``cfg.json`` (the seed, SB3's algorithm, env, the hyperparameters in effect, the
+versions; the JSON it came from is in ``sb3_source.json`` beside it, so seeds run as separate reports group as
+one) and TensorBoard events under ``.summary/0`` with the scalar ``reward`` (what sfx logs under that name: the
+mean return of the last ``--stats_avg`` = 100 episodes, the same window by default) at step = env steps and wall
+time = the run's start + ``curve_seconds`` (so ``--x=time`` shows SB3's own seconds).
 
 Runs in sfx's environment (torch's TensorBoard writer), never SB3's venv. A folder that exists is replaced only
 with ``--overwrite``.
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 TAG = "reward"
+SOURCE_FILE = "sb3_source.json"
 
 
 class ConvertError(ValueError):
@@ -64,10 +66,11 @@ def write_seed(report: dict[str, Any], row: dict[str, Any], folder: Path, source
            "hyperparams_entry": report.get("hyperparams_entry"),
            "hyperparams_effective": report.get("hyperparams_effective"), "n_envs": report.get("n_envs"),
            "normalize": report.get("normalize"), "window": report.get("window"),
-           "reward_definition": report.get("reward_definition"), "versions": report.get("versions"),
-           "source": str(source)}
+           "reward_definition": report.get("reward_definition"), "versions": report.get("versions")}
     folder.mkdir(parents=True)
     (folder / "cfg.json").write_text(json.dumps(cfg, indent=1, default=str))
+    # the report it came from, beside cfg.json and not in it: seeds run as separate reports still group as one
+    (folder / SOURCE_FILE).write_text(json.dumps({"report": str(source), "seed": row["seed"]}, indent=1))
     seconds = row.get("curve_seconds") or []
     writer = SummaryWriter(str(folder / ".summary" / "0"))
     try:

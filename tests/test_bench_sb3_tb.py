@@ -27,8 +27,15 @@ def test_each_seed_becomes_an_experiment_that_sfx_tb_groups_and_reads_exactly(tm
     cfg = json.loads((folders[1] / "cfg.json").read_text())
     assert cfg["seed"] == 1 and cfg["framework"] == "stable-baselines3" and cfg["env"] == "HalfCheetah-v5"
 
+    assert json.loads((folders[1] / sb3_tb.SOURCE_FILE).read_text())["report"] == str(path.resolve())
+    # a seed run on its own (another report) joins the same group
+    other = tmp_path / "seed2.json"
+    other.write_text(json.dumps(report(seeds=(2,))))
+    sb3_tb.convert(other, tmp_path / "train_dir", start_time=1_000_000.0)
+
     df = load_scalars("sb3_ppo*", tmp_path / "train_dir", metrics="reward")
     assert set(df["group"]) == {"sb3_ppo_halfcheetah-v5"}  # the seeds form one group, as sfx's runs do
+    assert sorted(set(df["seed"])) == [0, 1, 2]
     for seed in (0, 1):
         rows = df[df["seed"] == seed].sort_values("step")
         assert rows["step"].tolist() == [1000, 2000, 2512]
