@@ -64,9 +64,10 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "worker (page-locked in place, mapped) and the GPU reads the rows itself, so the worker's "
                         "process neither gathers nor copies them (falls back to host, logged, where registration or "
                         "its check fails). Measured once on an NVIDIA H200 with 16 cores (doom_basic 16 x 16 envs, "
-                        "batch 4096, 20 s windows), four pairs: device / host 1.07, 1.01, 1.05, 1.01 (1.03 on average, inside "
-                        "the machine's drift of about a tenth between minutes), the policy worker's gather + copy "
-                        "1.35 -> 0.41 ms per forward; host stays the default (docs/benchmarks.md). No effect on the CPU")
+                        "batch 4096, 20 s windows), four pairs: device / host 1.07, 1.01, 1.05, 1.01 (1.03 on "
+                        "average, inside the machine's drift of about a tenth between minutes), the policy worker's "
+                        "gather + copy 1.35 -> 0.41 ms per forward; host stays the default (docs/benchmarks.md). "
+                        "No effect on the CPU")
     g.add_argument("--num_policies", type=int, default=1, help="policies trained together (agents map to policies)")
     g.add_argument("--rollout", type=int, default=32, help="trajectory length in agent steps sent to the learner")
     g.add_argument("--env_frameskip", type=int, default=1,
