@@ -90,16 +90,16 @@ def convert(path: Path, out_dir: Path, name: str | None = None, overwrite: bool 
     if "/" in name or not name:
         raise ConvertError(f"--name={name!r}: one folder name, without '/'")
     start = path.stat().st_mtime if start_time is None else start_time
-    folders = []
-    for row in report["seeds"]:
-        folder = out_dir / f"{name}_see={row['seed']}"
+    folders = [out_dir / f"{name}_see={row['seed']}" for row in report["seeds"]]
+    # every folder checked before any is written: a refusal leaves nothing half converted
+    existing = [f for f in folders if f.exists()]
+    if existing and not overwrite:
+        raise ConvertError(f"{existing[0]} exists (--overwrite replaces it)")
+    for row, folder in zip(report["seeds"], folders):
         if folder.exists():
-            if not overwrite:
-                raise ConvertError(f"{folder} exists (--overwrite replaces it)")
             shutil.rmtree(folder)
         n = write_seed(report, row, folder, path.resolve(), start)
         print(f"{folder}: {n} points of {TAG!r}, seed {row['seed']}, final {row.get('final')}")
-        folders.append(folder)
     return folders
 
 
