@@ -10,7 +10,8 @@ SEED's settings, as its script and gin file give them, and the sfx flag that say
 - unroll length 16: ``--rollout=16 --recurrence=16`` (no RNN: ``--use_rnn=False``).
 - 2,048 transitions per learner step, minibatches of 64 transitions ("split" batch mode), 10 epochs:
   ``--batch_size=64 --num_batches_per_iteration=32 --ppo_epochs=10`` (64 = 4 trajectories of 16).
-- Adam, learning rate 3e-4, gradient clip 0.5: ``--learning_rate=0.0003 --max_grad_norm=0.5``.
+- Adam, learning rate 3e-4 decaying linearly to 0 over the 2M frames (SEED's ``lr_decay_multiplier = 0``), gradient
+  clip 0.5: ``--learning_rate=0.0003 --lr_schedule=linear_decay --lr_decay_multiplier=0 --max_grad_norm=0.5``.
 - PPO loss with epsilon 0.2, no entropy bonus: ``--policy_loss=ppo --ppo_clip_ratio=0.2 --exploration_loss_coeff=0``.
 - GAE, lambda 0.95, discount 0.99: ``--advantage_estimator=gae --gae_lambda=0.95 --gamma=0.99``.
 - separate policy and value networks, 2 x 64 tanh each, orthogonal initialisation, a state-independent std:
@@ -25,10 +26,9 @@ iteration here is 32 x 10 = 320 minibatch steps, so the samples would be past it
 without this flag: lag about 970 steps, and from the second iteration on no valid sample: gradient norm 0, no
 training). SEED's learner takes its data as on-policy whatever the steps: ``--max_policy_lag=10000``.
 
-Where sfx differs (not a flag here): SEED decays the learning rate linearly to 0 over the run
-(``--lr_decay_multiplier=0``), sfx keeps it constant; SEED clips normalised observations at 10, sfx's normaliser at
-5; SEED's orthogonal gains are sqrt(2) for hidden layers, 0.01 for the policy's last layer and 1 for the value's,
-sfx's ``--policy_init_gain`` is one gain; SEED's std is ``safe_exp`` with a floor of 1e-3. The value-loss clip is
+Where sfx differs (not a flag here): SEED clips normalised observations at 10, sfx's normaliser at 5; SEED's
+orthogonal gains are sqrt(2) for hidden layers, 0.01 for the policy's last layer and 1 for the value's, sfx's
+``--policy_init_gain`` is one gain; SEED's std is ``safe_exp`` with a floor of 1e-3. The value-loss clip is
 sfx's default (``--ppo_clip_value=1.0`` in the normalised value units). Learning is asynchronous in sfx
 (measured here: samples lag the learner by about three iterations, ~970 minibatch steps; GAE takes them as
 on-policy).
@@ -44,7 +44,7 @@ SEEDS = [1, 2, 3]
 CMD = ("python -m sfx.train --env=mujoco_halfcheetah --train_for_env_steps=2000000 "
        "--num_workers=8 --num_envs_per_worker=32 --worker_num_splits=2 --rollout=16 --recurrence=16 --use_rnn=False "
        "--batch_size=64 --num_batches_per_iteration=32 --ppo_epochs=10 --max_policy_lag=10000 "
-       "--learning_rate=0.0003 --max_grad_norm=0.5 "
+       "--learning_rate=0.0003 --lr_schedule=linear_decay --lr_decay_multiplier=0 --max_grad_norm=0.5 "
        "--policy_loss=ppo --ppo_clip_ratio=0.2 --exploration_loss_coeff=0 "
        "--advantage_estimator=gae --gae_lambda=0.95 --gamma=0.99 "
        "--actor_critic_share_weights=False --hidden_size=64 --nonlinearity=tanh --policy_initialization=orthogonal "

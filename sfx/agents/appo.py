@@ -28,6 +28,7 @@ from sfx.algo.minibatches import gather_transitions, trajectory_minibatches, tra
 from sfx.algo.distributions import DiagGaussian, action_params_size, categorical_sizes, make_action_distribution
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.policy_losses import VMPO_KL_BOUNDS, vmpo_dual_init
+from sfx.algo.schedules import KL_ADAPTIVE_SCHEDULES, LR_SCHEDULES, kl_adaptive_lr
 from sfx.algo.targets import Targets
 from sfx.algo.ppo import ppo_policy_no_gradient, ppo_value_no_gradient
 from sfx.cfg.flag_types import add_bool_arg
@@ -399,6 +400,13 @@ def add_appo_flags(g: argparse._ActionsContainer) -> None:
                         "learns: a statistic over the whole run would mix them)")
     g.add_argument("--kl_loss_coeff", type=float, default=0.0,
                    help="coefficient of KL(behaviour || current) penalty; 0 = off")
+    g.add_argument("--lr_schedule_kl_threshold", type=float, default=0.008,
+                   help="--lr_schedule=kl_adaptive_*: the KL(behaviour || current) the learning rate is steered to "
+                        "(nats per sample; lowered above 2x it, raised below half of it)")
+    g.add_argument("--lr_adaptive_min", type=float, default=1e-6,
+                   help="--lr_schedule=kl_adaptive_*: the lowest learning rate it may set")
+    g.add_argument("--lr_adaptive_max", type=float, default=1e-2,
+                   help="--lr_schedule=kl_adaptive_*: the highest learning rate it may set")
     g.add_argument("--replay_parameters", default=None,
                    help="experience replay mixed into each batch, the V-trace replay platform's JSON list, e.g. "
                         "'[{\"type\": \"queue\", \"capacity\": 1, \"sample_ratio\": 0.5}, {\"type\": \"standard\", "
@@ -432,6 +440,11 @@ def check_vmpo_kl_bounds(cfg: Any, action_space: Any) -> None:
 
 
 def validate_appo_cfg(cfg: Any) -> None:
+    if not (cfg.lr_schedule_kl_threshold > 0 and math.isfinite(cfg.lr_schedule_kl_threshold)):
+        raise ConfigError(f"--lr_schedule_kl_threshold={cfg.lr_schedule_kl_threshold} must be a finite number > 0")
+    if not (0 < cfg.lr_adaptive_min <= cfg.lr_adaptive_max < math.inf):
+        raise ConfigError(f"--lr_adaptive_min={cfg.lr_adaptive_min} and --lr_adaptive_max={cfg.lr_adaptive_max} must "
+                          f"be finite with 0 < min <= max")
     for name in ("num_batches_per_iteration", "ppo_epochs"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -569,6 +582,8 @@ class APPO(Agent):
     """Asynchronous PPO with V-trace (or GAE): see the module docstring."""
 
     name = "APPO"
+    # apply_params: every learning rate is its flag times lr_scale; step runs the KL-adaptive schedules
+    lr_schedules = LR_SCHEDULES
     flag_group = "APPO (--algo=APPO)"
 
     @classmethod
@@ -641,6 +656,7 @@ class APPO(Agent):
             raw = torch.nn.Parameter(vmpo_dual_init(cfg.vmpo_init_eta, cfg.vmpo_init_alpha, alpha_sigma).to(device))
             self.vmpo_duals = (raw, fused_adam([raw], lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                                eps=cfg.adam_eps))
+        self._start_epochs(cfg.ppo_epochs)  # minibatches() sets each iteration's; steps taken without it: 1 each
 
     def sample_source(self, fresh: Any) -> Any:
         if not any(s.type != "queue" for s in self.replay):
@@ -671,6 +687,7 @@ class APPO(Agent):
         # whatever the steps draw)
         per_mb = trajectories_per_minibatch(self.cfg)
         orders = trajectory_minibatches(n, per_mb, self.cfg.ppo_epochs, self.device)
+        self._start_epochs(len(orders))
         if per_mb >= n:
             # one minibatch is the whole batch (the default: 1 minibatch, 1 epoch): the loss sums over its
             # trajectories in any order, so the batch goes as it is, without a shuffled copy of every frame
@@ -689,12 +706,60 @@ class APPO(Agent):
         n, T = batch.valids.shape
         targets = iteration_targets(self.model, data, batch.valids, self.cfg)
         data = {**data, "target_returns": targets.returns, "target_advantages": targets.advantages}
-        for traj, step in transition_minibatches(n, T, self.cfg.batch_size, self.cfg.ppo_epochs, self.device):
+        orders = transition_minibatches(n, T, self.cfg.batch_size, self.cfg.ppo_epochs, self.device)
+        self._start_epochs(len(orders))
+        for traj, step in orders:
             yield gather_transitions(data, traj, step), batch.valids[traj, step].unsqueeze(1)
 
+    def _start_epochs(self, num_minibatches: int) -> None:
+        """An iteration of ``num_minibatches`` steps over ``--ppo_epochs`` epochs begins (kl_adaptive_epoch)."""
+        self._steps_per_epoch = num_minibatches // self.cfg.ppo_epochs
+        self._epoch_steps = 0
+        self._epoch_kls: list[float] = []
+
     def step(self, mb: dict[str, Any], valids: torch.Tensor) -> dict[str, float]:
-        return learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats,
-                             self.vmpo_duals)
+        kl_adaptive = self.cfg.lr_schedule in KL_ADAPTIVE_SCHEDULES
+        try:
+            stats = learning_step(self.model, self.optimizer, mb, valids, self.cfg, self.group, self.advantage_stats,
+                                  self.vmpo_duals)
+        except NonFiniteBatch:
+            if kl_adaptive:
+                self._kl_step(None)  # applied nothing: counts for the epoch, adds no KL to its mean
+            raise
+        if kl_adaptive:
+            self._kl_step(stats["kl"])
+        return stats
+
+    def _kl_step(self, kl: float | None) -> None:
+        """--lr_schedule=kl_adaptive_*: after a step whose KL(behaviour || current) was ``kl`` (None: skipped),
+        adapt the rate to it (``_minibatch``) or, at an epoch's last step, to the epoch's mean (``_epoch``)."""
+        if kl is not None:
+            kl = self._mean_over_ranks(kl)
+        if self.cfg.lr_schedule == "kl_adaptive_minibatch":
+            if kl is not None:
+                self._adapt_lr(kl)
+            return
+        self._epoch_steps += 1
+        if kl is not None:
+            self._epoch_kls.append(kl)
+        if self._epoch_steps >= self._steps_per_epoch:
+            if self._epoch_kls:
+                self._adapt_lr(sum(self._epoch_kls) / len(self._epoch_kls))
+            self._epoch_steps, self._epoch_kls = 0, []
+
+    def _mean_over_ranks(self, value: float) -> float:
+        """The ranks' mean (every rank then sets the same learning rate, so the weights stay equal)."""
+        if self.group is None:
+            return value
+        return float(self.group.sum(torch.tensor([value], dtype=torch.float64))[0]) / self.group.world_size
+
+    def _adapt_lr(self, kl: float) -> None:
+        """--lr_schedule=kl_adaptive_*: the next rate from ``kl`` (sfx.algo.schedules.kl_adaptive_lr), as a scale of
+        --learning_rate (PBT's new value keeps it)."""
+        cfg = self.cfg
+        lr = kl_adaptive_lr(cfg.learning_rate * self.lr_scale, kl, cfg.lr_schedule_kl_threshold, cfg.lr_adaptive_min,
+                            cfg.lr_adaptive_max)
+        self.set_lr_scale(lr / cfg.learning_rate)
 
     def learning_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
@@ -703,6 +768,8 @@ class APPO(Agent):
         if self.vmpo_duals is not None:
             state["vmpo_duals"] = self.vmpo_duals[0].detach().clone()
             state["vmpo_optimizer"] = self.vmpo_duals[1].state_dict()
+        if self.cfg.lr_schedule in KL_ADAPTIVE_SCHEDULES:
+            state["lr_scale"] = self.lr_scale  # the adapted rate (a linear decay's is recomputed from env steps)
         return state
 
     def load_learning_state(self, state: Mapping[str, Any]) -> None:
@@ -719,12 +786,14 @@ class APPO(Agent):
             with torch.no_grad():
                 self.vmpo_duals[0].copy_(state["vmpo_duals"])
             self.vmpo_duals[1].load_state_dict(state["vmpo_optimizer"])
+        if self.cfg.lr_schedule in KL_ADAPTIVE_SCHEDULES and "lr_scale" in state:
+            self.set_lr_scale(float(state["lr_scale"]))
 
     def apply_params(self, params: Mapping[str, Any]) -> None:
         optimizers = [self.optimizer] + ([self.vmpo_duals[1]] if self.vmpo_duals is not None else [])
         for optimizer in optimizers:
             for group in optimizer.param_groups:
-                group["lr"] = float(self.cfg.learning_rate)
+                group["lr"] = float(self.cfg.learning_rate) * self.lr_scale
 
     def current_lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])

@@ -174,6 +174,10 @@ class Agent:
     # the trainer's shared flags this agent does not read -> what to do instead: given on the command line they
     # are refused (check_flags), never silently ignored
     ignored_flags: ClassVar[Mapping[str, str]] = {}
+    # the --lr_schedule values it offers (sfx.algo.schedules), any other is refused: "linear_decay" needs apply_params
+    # to set every optimizer's learning rate to its flag's value times ``self.lr_scale`` (the learner sets the
+    # scale); a "kl_adaptive_*" schedule the agent runs itself
+    lr_schedules: ClassVar[tuple[str, ...]] = ("constant",)
 
     # ---------------------------------------------------------------- declarations
 
@@ -191,6 +195,9 @@ class Agent:
         for name in sorted(set(explicit) & set(cls.ignored_flags)):
             raise ConfigError(f"--{name}={getattr(cfg, name)} is not read by --algo={cls.name} (it would be ignored): "
                               f"{cls.ignored_flags[name]}; remove it")
+        if cfg.lr_schedule not in cls.lr_schedules:
+            raise ConfigError(f"--lr_schedule={cfg.lr_schedule} is not offered by --algo={cls.name}; its schedules: "
+                              f"{', '.join(cls.lr_schedules)}")
 
     @classmethod
     def validate(cls, cfg: Any) -> None:
@@ -263,6 +270,7 @@ class Agent:
         self.model = model
         self.device = device
         self.group = group
+        self.lr_scale = 1.0  # --lr_schedule's factor on the learning-rate flags (set_lr_scale)
 
     def sample_source(self, fresh: Any) -> Any:
         """Where this agent's batches come from: ``fresh`` (the engine's
@@ -300,7 +308,14 @@ class Agent:
 
     def apply_params(self, params: Mapping[str, Any]) -> None:
         """New hyperparameters (PBT, a resumed run's flags): ``cfg`` is already updated; apply what an
-        optimizer holds itself (learning rates)."""
+        optimizer holds itself (learning rates: the flag's value times ``self.lr_scale`` where the agent offers
+        ``linear_decay`` in :attr:`lr_schedules`)."""
+
+    def set_lr_scale(self, scale: float) -> None:
+        """``--lr_schedule``'s factor from the next step on: every learning rate becomes its flag's value times
+        ``scale`` (the learner calls this before each iteration)."""
+        self.lr_scale = float(scale)
+        self.apply_params({})
 
     def current_lr(self) -> float:
         return float(self.cfg.learning_rate)

@@ -163,6 +163,7 @@ class R2D2(Agent):
     """See the module docstring."""
 
     name = "R2D2"
+    lr_schedules = ("constant", "linear_decay")  # apply_params: every learning rate is its flag times lr_scale
     flag_group = "R2D2 (--algo=R2D2)"
     ignored_flags = APPO_ONLY_FLAGS
     ranks_refused = ("each rank would sample its own prioritized replay; not verified yet (run one rank, or "
@@ -327,7 +328,7 @@ class R2D2(Agent):
 
     def apply_params(self, params: Mapping[str, Any]) -> None:
         for group in self.optimizer.param_groups:
-            group["lr"] = float(self.cfg.learning_rate)
+            group["lr"] = float(self.cfg.learning_rate) * self.lr_scale
 
     def current_lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])

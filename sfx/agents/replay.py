@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 # custom buffers anneal their candidate multiplier to 1 over this many samples (the platform's
-# lr_scheduler_steps default: sfx has no learning-rate schedule to borrow it from) times alfa_annealing_factor
+# lr_scheduler_steps default, in learner iterations: sfx's --lr_schedule counts env steps) times alfa_annealing_factor
 LAMBDA_HORIZON = 10_000
 
 from sfx.agents.base import Batch, tree_map

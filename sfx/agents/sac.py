@@ -180,6 +180,7 @@ class SAC(Agent):
     """See the module docstring."""
 
     name = "SAC"
+    lr_schedules = ("constant", "linear_decay")  # apply_params: every learning rate is its flag times lr_scale
     flag_group = "SAC (--algo=SAC)"
     ignored_flags = {
         **APPO_ONLY_FLAGS,
@@ -401,7 +402,7 @@ class SAC(Agent):
                           (self.critic_optimizer, "critic_learning_rate"),
                           (self.alpha_optimizer, "alpha_learning_rate")):
             for group in opt.param_groups:
-                group["lr"] = float(getattr(self.cfg, name))
+                group["lr"] = float(getattr(self.cfg, name)) * self.lr_scale
 
     def current_lr(self) -> float:
         return float(self.critic_optimizer.param_groups[0]["lr"])

@@ -12,6 +12,10 @@ import os
 from sfx.cfg.flag_types import FALSE_STRINGS, TRUE_STRINGS, add_bool_arg, int_like, str2bool  # noqa: F401
 from sfx.cfg.sf1_compat import add_sf1_compat_args
 
+# --train_for_env_steps' and --train_for_seconds' default: no limit
+TRAIN_FOREVER = 10_000_000_000
+
+
 def add_default_args(parser: argparse.ArgumentParser) -> None:
     """Add every flag the trainer itself understands (env families add theirs separately)."""
     g = parser.add_argument_group("experiment")
@@ -80,7 +84,8 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "batches: with 1 the next batch is collected while the learner trains on one (policy lag "
                         "~1 when the learner sets the pace), and a learner waiting for data never finds the envs "
                         "held; 0 = only the trajectory slots bound sampling (lag up to slots / batch); -1 = the "
-                        "algorithm's choice (APPO: 1; SAC, R2D2: 0, their replay ratio paces sampling). Not used by --serial_mode")
+                        "algorithm's choice (APPO: 1; SAC, R2D2: 0, their replay ratio paces sampling). Not used by "
+                        "--serial_mode")
     add_bool_arg(g, "set_workers_cpu_affinity", True, "pin each rollout worker to one CPU core")
     g.add_argument("--learner_main_loop_num_cores", type=int, default=0,
                    help="torch threads of each learner process; 0 = auto: on the CPU every core for an agent whose "
@@ -114,6 +119,19 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--recurrence", type=int, default=32,
                    help="BPTT length in steps; --rollout must be a multiple of it when --use_rnn")
     g.add_argument("--learning_rate", type=float, default=1e-4, help="Adam learning rate")
+    g.add_argument("--lr_schedule", choices=["constant", "linear_decay", "kl_adaptive_minibatch", "kl_adaptive_epoch"],
+                   default="constant",
+                   help="how every learning rate of the agent changes over the run (Sample Factory 2's names): "
+                        "constant; linear_decay (SEED RL's PPO, the RL Zoo's lin_): from its flag's value at env step "
+                        "0 to --lr_decay_multiplier times it at --train_for_env_steps (which it needs), by env steps "
+                        "trained, so a resumed run goes on at the rate it had (APPO, R2D2, SAC's three); "
+                        "kl_adaptive_minibatch / kl_adaptive_epoch (APPO): divided by 1.5 after each minibatch (or "
+                        "epoch) whose KL(behaviour || current) exceeds 2 x --lr_schedule_kl_threshold, multiplied by "
+                        "1.5 below half of it. PBT mutates the flag's value and the schedule scales it")
+    g.add_argument("--lr_decay_multiplier", type=float, default=0.0,
+                   help="with --lr_schedule=linear_decay: the learning rate at --train_for_env_steps as a fraction of "
+                        "the flag's, in [0, 1] (SEED RL's lr_decay_multiplier; 0 = to 0, as SEED, Sample Factory and "
+                        "the RL Zoo)")
     g.add_argument("--adam_eps", type=float, default=1e-6, help="Adam epsilon")
     g.add_argument("--adam_beta1", type=float, default=0.9, help="Adam beta1")
     g.add_argument("--adam_beta2", type=float, default=0.999, help="Adam beta2")
@@ -290,9 +308,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="with --popart: the per-task stddev is never below this")
 
     g = parser.add_argument_group("stopping, checkpoints and reporting")
-    g.add_argument("--train_for_env_steps", type=int_like, default=10_000_000_000,
+    g.add_argument("--train_for_env_steps", type=int_like, default=TRAIN_FOREVER,
                    help="stop after this many env steps (frames); 1e9 notation accepted")
-    g.add_argument("--train_for_seconds", type=int_like, default=10_000_000_000, help="stop after this many seconds")
+    g.add_argument("--train_for_seconds", type=int_like, default=TRAIN_FOREVER, help="stop after this many seconds")
     g.add_argument("--stop_at_reward", type=float, default=None,
                    help="stop (as done) once a policy's average episode reward over its last --stats_avg "
                         "episodes reaches this; None = never")

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path, PurePath
 from typing import Any
 
+from sfx.cfg.arguments import TRAIN_FOREVER
 from sfx.cfg.core_names import check_rnn_type
 from sfx.errors import ConfigError
 
@@ -103,6 +104,7 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
             raise ConfigError(f"--{name}={value} must be a finite number >= 0 (0 = off)")
     if cfg.aux_loss_future_pred_horizon < 1:
         raise ConfigError(f"--aux_loss_future_pred_horizon={cfg.aux_loss_future_pred_horizon} must be >= 1")
+    check_lr_schedule(cfg)
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 
@@ -178,6 +180,17 @@ def _fit_default_splits(cfg: Any) -> None:
                 "using --worker_num_splits=%d, one env per split", cfg.num_envs_per_worker, cfg.worker_num_splits,
                 cfg.num_envs_per_worker)
     cfg.worker_num_splits = cfg.num_envs_per_worker
+
+
+def check_lr_schedule(cfg: Any) -> None:
+    """``--lr_schedule`` and ``--lr_decay_multiplier``: a linear decay needs the run's end in env steps."""
+    if not 0.0 <= cfg.lr_decay_multiplier <= 1.0:
+        raise ConfigError(f"--lr_decay_multiplier={cfg.lr_decay_multiplier} must be in [0, 1] (the final learning "
+                          f"rate as a fraction of --learning_rate's)")
+    if cfg.lr_schedule == "linear_decay" and cfg.train_for_env_steps >= TRAIN_FOREVER:
+        raise ConfigError(f"--lr_schedule=linear_decay decays the learning rate until --train_for_env_steps, which is "
+                          f"{cfg.train_for_env_steps:.0e} (no limit): set it to the run's length (e.g. "
+                          f"--train_for_env_steps=2e6)")
 
 
 def check_writable_dir(path: str | os.PathLike, flag: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from sfx.agents import Agent, NonFiniteBatch, Stepped
+from sfx.algo.schedules import lr_factor
 from sfx.engine import perf
 from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
@@ -129,6 +130,7 @@ class Learner(Component):
             self.train_step, self.env_steps = self.group.broadcast_object((self.train_step, self.env_steps))
             if not self.group.weights_match(self.model):
                 raise RuntimeError("the ranks' weights differ right after the broadcast from rank 0")
+        self._schedule_lr()
         self.weights.publish(self.model, self.train_step)
         if self.inference is not None:
             self.inference.start(threaded=not self.cfg.serial_mode)
@@ -188,6 +190,12 @@ class Learner(Component):
             params = json.loads(path.read_text()).get("params", {})
             self.apply_params(params)
             log.info("policy %d uses its saved PBT hyperparameters %s", self.policy_id, params)
+
+    def _schedule_lr(self) -> None:
+        """--lr_schedule=linear_decay's factor at the env steps trained so far (a resumed run's: the checkpoint's)."""
+        if self.cfg.lr_schedule == "linear_decay":  # the KL-adaptive schedules are the agent's own
+            self.agent.set_lr_scale(lr_factor(self.cfg.lr_schedule, self.env_steps, self.cfg.train_for_env_steps,
+                                              self.cfg.lr_decay_multiplier))
 
     def _pbt_snapshot(self, payload: dict) -> None:
         from pathlib import Path
@@ -275,6 +283,7 @@ class Learner(Component):
         batch = self.source.next_batch(self.train_step)
         n, T = batch.valids.shape
         steps = batch.env_steps
+        self._schedule_lr()  # at the steps trained before this batch: the first iteration trains at the flag's rate
         # with several ranks every learner counts every rank's env steps (checkpoints hold the total)
         self.env_steps += steps if self.group is None else int(self.group.sum(torch.tensor([float(steps)]))[0])
         self.iterations += 1

@@ -72,3 +72,28 @@ def rank_state(rank: int, world: int, init_file: str, out_dir: str) -> None:
         torch.save({"results": results, "state": model.state_dict()}, f"{out_dir}/state{rank}.pt")
     finally:
         GradientGroup().close()  # waits for the other rank before tearing the group down
+
+
+def rank_kl_adaptive(rank: int, world: int, init_file: str, out_dir: str, overrides: dict, n: int, T: int,
+                     steps: int) -> None:
+    """APPO with --lr_schedule=kl_adaptive_minibatch on each rank's half of every minibatch: records this rank's
+    own KL per step, the learning rate after it, and the final weights."""
+    from sfx.agents.appo import APPO
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        cfg, model = _setup(out_dir, **overrides)
+        agent = APPO(cfg, model, torch.device("cpu"), GradientGroup())
+        per_rank = n // world
+        rows = slice(rank * per_rank, (rank + 1) * per_rank)
+        kls, rates = [], []
+        for step in range(steps):
+            mb, valids = _batch(model, n, T, seed=step)
+            mine = {k: ({kk: vv[rows] for kk, vv in v.items()} if isinstance(v, dict) else v[rows])
+                    for k, v in mb.items()}
+            kls.append(agent.step(mine, valids[rows])["kl"])
+            rates.append(agent.current_lr())
+        torch.save({"kls": kls, "rates": rates, "model": model.state_dict()}, f"{out_dir}/kl_rank{rank}.pt")
+    finally:
+        GradientGroup().close()

@@ -8,7 +8,8 @@ import torch.multiprocessing as mp
 
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.agents.appo import learning_step, make_optimizer, running_advantage_normalization
-from tests.engine.data_parallel_ranks import rank_main
+from sfx.algo.schedules import kl_adaptive_lr
+from tests.engine.data_parallel_ranks import rank_kl_adaptive, rank_main
 from tests.engine.test_learning_step import _batch, _setup
 
 N, T, STEPS = 8, 8, 3
@@ -85,3 +86,24 @@ def test_broadcast_checksum_and_observation_statistics_across_ranks(tmp_path):
     for name, value in stats.items():
         for r in range(2):
             torch.testing.assert_close(out[r]["state"][name], value, rtol=1e-9, atol=1e-9)
+
+
+def test_a_kl_adaptive_learning_rate_moves_alike_on_every_rank_by_the_ranks_mean_kl(tmp_path):
+    # the ranks' own KLs are 0.058-0.098 here: with the band's top at 0.07 one rank alone would lower its rate at a
+    # step where the mean keeps it (and the reverse), so only the ranks' mean gives both the same rates
+    overrides = dict(rollout=T, recurrence=4, batch_size=N * T, use_rnn=False, learning_rate=1e-3,
+                     lr_schedule="kl_adaptive_minibatch", lr_schedule_kl_threshold=0.035)
+    mp.spawn(rank_kl_adaptive, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), overrides, N, T, 4), nprocs=2,
+             join=True)
+    ranks = [torch.load(tmp_path / f"kl_rank{r}.pt") for r in range(2)]
+    assert ranks[0]["kls"] != ranks[1]["kls"]  # each rank's own samples: its own KL
+    assert ranks[0]["rates"] == ranks[1]["rates"]
+    lr, expected = 1e-3, []
+    for kl0, kl1 in zip(ranks[0]["kls"], ranks[1]["kls"]):
+        lr = kl_adaptive_lr(lr, (kl0 + kl1) / 2, 0.035, 1e-6, 1e-2)
+        expected.append(lr)
+    assert ranks[0]["rates"] == pytest.approx(expected, rel=1e-9)
+    assert len(set(expected)) > 1  # it moved
+    assert any((kl0 > 0.07) != (kl1 > 0.07) for kl0, kl1 in zip(ranks[0]["kls"], ranks[1]["kls"]))
+    for name, value in ranks[0]["model"].items():
+        assert torch.equal(value, ranks[1]["model"][name]), f"{name} differs between the ranks"
