@@ -34,7 +34,8 @@ sfx's default (``--ppo_clip_value=1.0`` in the normalised value units). Learning
 on-policy).
 
 Measured against Stable-Baselines3's PPO with the RL Zoo's HalfCheetah hyperparameters at equal env steps (3 seeds
-each, 1M env steps): docs/agents/appo.md, "SEED RL's HalfCheetah baseline against SB3's PPO".
+each, 1M env steps, the rate constant), and this command with its decay to 2M (2 seeds: 2080 +- 299 at 2M):
+docs/agents/appo.md, "SEED RL's HalfCheetah baseline against SB3's PPO".
 """
 
 from sfx_runner import Experiment, ParamGrid, RunDescription
