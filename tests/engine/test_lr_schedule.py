@@ -67,7 +67,8 @@ def _learner(tmp_path, **overrides):
 
 
 def _train_once(w, learner, cfg):
-    n = cfg.batch_size // cfg.rollout
+    """One iteration on fresh slots of random observations -> its TRAIN stats."""
+    n = learner.agent.trajectories_per_iteration(cfg)
     slots = [int(w.free_slots[0].get()) for _ in range(n)]
     tb = w.traj[0]
     tb.obs["obs"][slots] = torch.rand_like(tb.obs["obs"][slots])
@@ -141,14 +142,7 @@ def test_kl_adaptive_rates_move_per_minibatch_or_epoch_and_a_resumed_run_keeps_t
     flags = dict(lr_schedule=schedule, lr_schedule_kl_threshold=threshold, lr_decay_multiplier=0.0,
                  train_for_env_steps=10**6, num_batches_per_iteration=2, ppo_epochs=2, batch_size=64)
     cfg, w, learner = _learner(tmp_path, **flags)
-    n = cfg.batch_size * cfg.num_batches_per_iteration // cfg.rollout
-    slots = [int(w.free_slots[0].get()) for _ in range(n)]
-    tb = w.traj[0]
-    tb.obs["obs"][slots] = torch.rand_like(tb.obs["obs"][slots])
-    tb.active[slots] = True
-    tb.policy_versions[slots] = learner.train_step
-    learner.process([("traj", slots)])
-    stats = [r for r in drain(w.report_queue) if r[0] == "train"][-1][2]
+    stats = _train_once(w, learner, cfg)
     assert learner.train_step == 4 and 0 < stats["kl"] < 1.0
     assert stats["lr"] == pytest.approx(1e-3 * expected_factor, rel=1e-12)
     assert _learning_rates(learner.agent) == pytest.approx([1e-3 * expected_factor], rel=1e-12)
