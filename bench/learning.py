@@ -116,11 +116,13 @@ def _atari(game: str, frames: int, threshold: float) -> Preset:
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(
         name="doom_basic",
-        description="VizDoom basic, conv + LSTM, 2 workers x 16 envs, batch 2048, CPU",
+        description="VizDoom basic, conv + GRU, 2 workers x 16 envs, batch 2048, CPU",
         sf_module="sf_examples.vizdoom.train_vizdoom",
         sf_flags=DOOM_SETTINGS,
-        # the same command line: sfx's doom_basic applies Sample Factory's 0.01 reward scale by default
-        sfx_flags=DOOM_SETTINGS,
+        # the same command line: sfx's doom_basic applies Sample Factory's 0.01 reward scale by default; and the
+        # same frames: Sample Factory plays its own copy of basic.cfg, which renders the HUD and no decals or
+        # particles (VizDoom's bundled basic.cfg, sfx's, the opposite)
+        sfx_flags=DOOM_SETTINGS + ("--doom_render=hud=on,decals=off,particles=off",),
         frames=800_000, threshold=40.0,
         sf_reward_factor=100.0,
         conversion=("Sample Factory x 100: its doom_basic env is wrapped in RewardScalingWrapper(0.01) and its "

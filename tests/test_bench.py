@@ -177,8 +177,14 @@ def test_learning_bench_reads_both_frameworks_event_files_in_raw_units(tmp_path,
     assert sf_cmd[1:3] == ["-m", "sf_examples.vizdoom.train_vizdoom"] and sfx_cmd[1:3] == ["-m", "sfx.train"]
     # SF's --train_for_seconds is an int; the extras come last, so they override the preset
     assert "--train_for_seconds=91" in sf_cmd and sf_cmd[-1] == "--seed=3" and sfx_cmd[-1] == "--seed=3"
-    # the same command line: sfx's doom_basic has Sample Factory's reward scale as its default
-    assert sf_cmd[3:] == sfx_cmd[3:]
+    # the same command line (sfx's doom_basic has Sample Factory's reward scale as its default) and the same
+    # frames: sfx renders basic as Sample Factory's copy of basic.cfg does
+    render = "--doom_render=hud=on,decals=off,particles=off"
+    assert [f for f in sfx_cmd[3:] if f != render] == sf_cmd[3:] and render in sfx_cmd
+    from sfx.cfg import default_cfg
+    from sfx.envs.doom.game import parse_render
+    assert dict(parse_render(render.split("=", 1)[1])) == {"hud": True, "decals": False, "particles": False}
+    assert default_cfg("doom_basic", doom_render=render.split("=", 1)[1]).doom_render  # a valid sfx flag
 
     # sfx: raw rewards under `reward`; crosses 40 at the third point (frames 24,576, 30 s after launch)
     sfx_dir = tmp_path / "sfx_train_dir" / "doom_basic_sfx"

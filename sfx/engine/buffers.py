@@ -158,24 +158,35 @@ class CollectionGate:
     Trajectory slots alone bound sampling by memory: when the learner sets the pace, every slot fills
     and a batch waits behind the others, trained ``slots / batch`` versions after it was acted (doom_basic's
     line: lag 3 with 192 slots for batches of 64 trajectories). The gate bounds it by the learners' progress
-    instead: trajectories started and not yet taken by a learner stay within one per agent (every agent keeps
-    stepping) plus ``batches_ahead`` batches finished ahead of the learners. So a learner that waits for data
-    never finds the envs held, and one that sets the pace trains on the batch collected during its previous
-    step (lag ~1 with 1). A bound of whole batches alone (the first version) idled envs wherever the agents
-    outnumber a batch's trajectories: 256 agents and batches of 128 trajectories let only 128 step
-    (measured on an H100 with 16 workers: 26,020 FPS gated, 48,201 ungated).
+    instead, counting the trajectories started and not yet taken by a learner (``out``), with a bound that
+    follows who sets the pace:
+
+    * while some learner waits for data (the sampler sets the pace): ``num_agents + batches_ahead x batch``,
+      one trajectory in progress per agent beyond ``batches_ahead`` finished batches, so no env is ever held
+      while a learner lacks data. A bound of whole batches alone (the first version) idled envs wherever the
+      agents outnumber a batch's trajectories: 256 agents and batches of 128 trajectories let only 128 step
+      (measured on an H100 with 16 workers: 26,020 FPS gated, 48,201 ungated).
+    * while every learner finds its next batch finished when it ends an iteration (the learners set the pace):
+      ``max(num_agents, batches_ahead x batch)``. The envs wait for the learners either way; under this bound
+      they wait before starting a trajectory instead of after it, so the next batch acts with the weights the
+      learner just published: lag ~1 with 1 (``batches_ahead``, or ``num_agents / batch`` when the agents
+      outnumber a batch's trajectories) instead of ``1 + num_agents / batch`` (doom_basic's line, 32 agents and
+      batches of 64 trajectories: 1.5), at the same FPS (each learner step still finds its batch ready; the
+      moment one does not, the looser bound is back from that learner's next iteration on).
 
     Shared int64 counters, each written by one process only (no lock): per policy, the trajectories its
-    learner has taken and its trajectories per iteration now (PBT may change ``--batch_size``); per rollout
-    worker, the trajectories it has started (a restarted worker goes on counting); the trajectories lost
-    with dead workers (the slots given back, written by the coordinator).
+    learner has taken, its trajectories per iteration now (PBT may change ``--batch_size``) and whether it set
+    the pace at the end of its last iteration; per rollout worker, the trajectories it has started (a restarted
+    worker goes on counting) and, per policy, those it has finished and sent; the trajectories lost with dead
+    workers (the slots given back, written by the coordinator).
 
-    A worker starts a split's new round of trajectories while ``started - lost - taken < num_agents +
-    batches_ahead x batch`` (it may overshoot by a split per worker: the workers read, then count; an agent that
-    starts alone mid-round, after a policy switch, is counted and never held). The workers never all wait while
-    a learner lacks a batch: a split waits only when all its agents are between trajectories, after sending the
-    finished ones, so when all wait, more than ``num_agents`` plus ``batches_ahead`` batches (summed over the
-    policies) are out, finished and sent, and some learner has its whole batch.
+    A worker starts a split's new round of trajectories while ``out`` is under the bound (it may overshoot by
+    a split per worker: the workers read, then count; an agent that starts alone mid-round, after a policy
+    switch, is counted and never held). The workers never all wait while a learner lacks a batch: a split waits
+    only when all its agents are between trajectories, after sending the finished ones, so when all wait at the
+    looser bound, more than ``num_agents`` plus ``batches_ahead`` batches (summed over the policies) are out,
+    finished and sent, and some learner has its whole batch; at the tighter one every learner has just found
+    its batch whole and, having taken it, will find the next once ``out`` reaches the bound again.
     """
 
     def __init__(self, num_policies: int, num_workers: int, batches_ahead: int,
@@ -185,8 +196,9 @@ class CollectionGate:
         arena = arena if arena is not None else SharedArena()
         self.batches_ahead = int(batches_ahead)
         self.num_agents = int(num_agents)  # the rank's acting agents: each may have a trajectory in progress
-        self.learners = arena.tensor((num_policies, 2), torch.int64)  # [taken, per iteration]
+        self.learners = arena.tensor((num_policies, 3), torch.int64)  # [taken, per iteration, sets the pace]
         self.started = arena.tensor(num_workers, torch.int64)
+        self.sent = arena.tensor((num_workers, num_policies), torch.int64)  # finished and sent, per policy
         self.lost = arena.tensor(1, torch.int64)
 
     # learners
@@ -198,6 +210,18 @@ class CollectionGate:
         self.learners[policy, 0] += int(num_trajectories)
         self.learners[policy, 1] = int(per_iteration)
 
+    def finished_waiting(self, policy: int) -> int:
+        """Trajectories of ``policy`` finished and sent, not yet taken by its learner (some may still be in
+        its queue, unread)."""
+        return int(self.sent[:, policy].sum()) - int(self.learners[policy, 0])
+
+    def iteration_ended(self, policy: int) -> bool:
+        """A learner ended an iteration: it sets the pace if its next batch is already finished (it will not
+        wait for data). Recorded for the workers' bound; returns it."""
+        paced = self.finished_waiting(policy) >= int(self.learners[policy, 1])
+        self.learners[policy, 2] = int(paced)
+        return paced
+
     # the coordinator
     def lose(self, num_trajectories: int) -> None:
         """Trajectories a dead rollout worker held (started, never sent) were given back."""
@@ -208,7 +232,9 @@ class CollectionGate:
         """(trajectories started and not yet taken nor lost, how many may be)."""
         c = self.learners.numpy()
         out = int(self.started.numpy().sum()) - int(self.lost.numpy()[0]) - int(c[:, 0].sum())
-        return out, self.num_agents + self.batches_ahead * int(c[:, 1].sum())
+        ahead = self.batches_ahead * int(c[:, 1].sum())
+        paced = bool(c[:, 2].all())
+        return out, max(self.num_agents, ahead) if paced else self.num_agents + ahead
 
     def may_start(self) -> bool:
         out, allowed = self.read_out()
@@ -216,6 +242,9 @@ class CollectionGate:
 
     def count(self, worker: int, num_trajectories: int) -> None:
         self.started[worker] += int(num_trajectories)
+
+    def count_sent(self, worker: int, policy: int, num_trajectories: int) -> None:
+        self.sent[worker, policy] += int(num_trajectories)
 
 
 class WeightsBuffer:

@@ -258,6 +258,8 @@ class Learner(Component):
                 self.stop_requested = True
             else:
                 raise ValueError(f"learner got unknown message {kind!r}")
+        # ready() is asked right after each iteration: a fresh source then tells the collection gate whether the
+        # next batch is already whole (this learner sets the pace; sfx.engine.buffers.CollectionGate)
         while self.source.ready() and not self.ranks_stopped:
             if self.group is not None and self._ranks_vote_stop():
                 return

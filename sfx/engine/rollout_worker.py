@@ -465,6 +465,8 @@ class RolloutWorker(Component):
             if self.slot_owners is not None:
                 self.slot_owners[p][slots] = -1
             self.learner_queues[p].put((TRAJ, slots))
+            if self.gate is not None:
+                self.gate.count_sent(self.worker_idx, p, len(slots))
         sends.clear()
 
     # ---------------------------------------------------------------- reporting

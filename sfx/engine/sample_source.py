@@ -73,6 +73,7 @@ class FreshTrajectories:
         self.staging = HostStaging(device, depth=2)
         self.gate = gate
         self.policy = policy
+        self._iteration_running = False  # a batch was taken and the shell has not asked ready() since
         if gate is not None:
             gate.set_per_iteration(policy, per_iteration())
 
@@ -93,6 +94,12 @@ class FreshTrajectories:
         self.pending.extend(slots)
 
     def ready(self) -> bool:
+        if self._iteration_running and self.gate is not None:
+            # the first question after a take comes when the learner shell ends that iteration: tell the gate
+            # whether the next batch is already finished (the learner sets the pace: the workers then wait
+            # before starting trajectories rather than after, and the next batch acts with fresher weights)
+            self.gate.iteration_ended(self.policy)
+        self._iteration_running = False
         return len(self.pending) >= self.per_iteration()
 
     def next_batch(self, policy_version: int) -> Batch:
@@ -102,6 +109,7 @@ class FreshTrajectories:
             # taken now, before the copy: the workers may start the next trajectories while it is made (the
             # slots themselves stay out of the free pool until copied)
             self.gate.took(self.policy, len(slots), k)
+            self._iteration_running = True
         idx = torch.as_tensor(slots, dtype=torch.long)
         with perf.section("batch_gather"):
             data = gather_tree(self.staging, self.traj.tensors(), idx)

@@ -63,12 +63,15 @@ def _drive(policy, worker, w, rounds=3000):
     return sent
 
 
-def test_workers_stop_one_batch_ahead_and_a_take_lets_them_collect_with_the_new_weights(tmp_path):
-    """One worker, 4 agents in 2 splits, batches of 4 trajectories: with --batches_ahead=1 every agent keeps a
-    trajectory in progress while one batch waits for the learner, so the worker sends two batches (the first,
-    and the one its agents collected while the first waited) and holds both splits (without the gate it fills
-    every slot, 3 batches' worth); once the learner takes and trains the first, the worker collects the third,
-    which acts with the new weights from its second step on (its first action was asked before the hold)."""
+def test_workers_stop_one_batch_ahead_and_wait_for_the_learner_that_sets_the_pace(tmp_path):
+    """One worker, 4 agents in 2 splits, batches of 4 trajectories. Before any iteration every agent keeps a
+    trajectory in progress while one batch waits for the learner: the worker sends two batches and holds both
+    splits (without the gate it fills every slot, 3 batches' worth). The learner takes and trains the first and
+    finds the second already finished: it sets the pace, so the worker waits for it to take the second before
+    starting more (not collecting a third with the weights the second was collected with). Once the learner
+    has taken the second and finds nothing finished after it, the looser bound is back: the worker collects the
+    third and fourth, with the newest weights from their second step on (the first action was asked before the
+    hold). Policy lag: 1 for the second batch, 2/32 for the third (its first step)."""
     cfg, w = _in_process_components(tmp_path, serial_mode=False, num_workers=1, num_envs_per_worker=4,
                                     batches_ahead=1)
     per_iteration = cfg.batch_size // cfg.rollout
@@ -81,25 +84,61 @@ def test_workers_stop_one_batch_ahead_and_a_take_lets_them_collect_with_the_new_
     worker.start()
     sent = _drive(policy, worker, w)
     assert len(sent) == 2 * per_iteration and worker.held == {0, 1}
-    assert int(w.gate.started.sum()) == 2 * per_iteration
+    assert int(w.gate.started.sum()) == 2 * per_iteration and w.gate.finished_waiting(0) == 2 * per_iteration
     assert worker.read_timeout_sec < 0.01  # it polls the gate, not the 0.1 s idle read
     first, second = sent[:per_iteration], sent[per_iteration:]
-    # the learner takes the first, trains (version 1) and frees their slots: the worker goes on
+    # the learner takes the first, trains (version 1), and ends the iteration with the second finished
     drain(w.report_queue)
     learner.process([(TRAJ, first)])
     assert learner.train_step == 1 and int(w.gate.learners[0, 0]) == per_iteration
-    third = _drive(policy, worker, w)
-    assert len(third) == per_iteration and worker.held == {0, 1}
-    assert (w.traj[0].policy_versions[second] == 0).all()  # collected while the first waited
-    versions = w.traj[0].policy_versions[third]
-    assert (versions[:, 0] == 0).all() and (versions[:, 1:] == 1).all()
+    assert int(w.gate.learners[0, 2]) == 1 and w.gate.read_out() == (per_iteration, per_iteration)
+    assert _drive(policy, worker, w, rounds=300) == [] and worker.held == {0, 1}  # waits for the learner
     learner.process([(TRAJ, second)])
     lag = [r[2] for r in drain(w.report_queue) if r[0] == "train"][-1]
     assert lag["policy_lag_max"] == 1 and lag["policy_lag_avg"] == pytest.approx(1.0)
+    # nothing finished after the second: the learner will wait for data, so no env is held for it
+    assert int(w.gate.learners[0, 2]) == 0 and w.gate.read_out() == (0, 2 * per_iteration)
+    more = _drive(policy, worker, w)
+    assert len(more) == 2 * per_iteration and worker.held == {0, 1}
+    third = more[:per_iteration]
+    assert (w.traj[0].policy_versions[second] == 0).all()  # collected while the first waited
+    versions = w.traj[0].policy_versions[third]
+    assert (versions[:, 0] == 0).all() and (versions[:, 1:] == 2).all()
     learner.process([(TRAJ, third)])
     lag = [r[2] for r in drain(w.report_queue) if r[0] == "train"][-1]
-    assert lag["policy_lag_max"] == 2 and lag["policy_lag_avg"] == pytest.approx(1 + 1 / cfg.rollout)
+    assert lag["policy_lag_max"] == 2 and lag["policy_lag_avg"] == pytest.approx(2 / cfg.rollout)
     worker.close()
+
+
+def test_the_bound_tightens_while_every_learner_sets_the_pace():
+    """Learners that find their next batch finished when they end an iteration set the pace: the workers may
+    then have max(agents, batches ahead) out instead of agents + batches ahead (they would wait either way;
+    this way before starting, so the next batch acts with fresher weights). One learner that would wait for
+    data brings the looser bound back."""
+    gate = CollectionGate(num_policies=2, num_workers=2, batches_ahead=1, num_agents=32)
+    gate.set_per_iteration(0, 64)
+    gate.set_per_iteration(1, 16)
+    assert gate.read_out() == (0, 32 + 80)
+    gate.count(0, 96)
+    gate.count_sent(0, 0, 64)
+    gate.count_sent(1, 0, 8)
+    gate.count_sent(1, 1, 16)
+    gate.took(0, 64, 64)
+    assert gate.finished_waiting(0) == 8 and not gate.iteration_ended(0)  # it will wait for 56 more
+    gate.took(1, 16, 16)
+    gate.count_sent(0, 1, 16)
+    assert gate.iteration_ended(1)  # its next 16 are finished
+    assert gate.read_out() == (16, 112)  # policy 0 waits: every agent may step
+    gate.count_sent(0, 0, 60)
+    assert gate.iteration_ended(0)  # 68 finished: policy 0's next batch is whole
+    assert gate.read_out() == (16, 80) and gate.may_start()  # max(32, 64 + 16)
+    gate.count(1, 64)
+    assert not gate.may_start()
+    # agents outnumbering the batches: every agent still may have a trajectory out
+    wide = CollectionGate(num_policies=1, num_workers=16, batches_ahead=1, num_agents=256)
+    wide.set_per_iteration(0, 128)
+    wide.count_sent(0, 0, 128)
+    assert wide.iteration_ended(0) and wide.read_out() == (0, 256)
 
 
 def test_without_the_gate_the_worker_runs_ahead_until_the_slots_run_out(tmp_path):

@@ -241,6 +241,36 @@ def test_resize_interpolation_bad_name():
         parse_args(["--env=doom_basic", "--resize_interpolation=cubic"], resume=False)
 
 
+def test_doom_render_sets_the_engines_render_options_over_the_cfg():
+    """--doom_render: Sample Factory's basic.cfg rendering (HUD on, decals and particles off) against the bundled
+    basic.cfg's (no HUD): the status bar takes the bottom rows of the frame, the view above it is squeezed, and
+    the run's seed still gives the same frame twice."""
+    def first_frame(**overrides):
+        env = doom(res_w=160, res_h=120, **overrides)  # native size: the engine's own pixels
+        obs = env.reset()[0][0]
+        env.close()
+        return obs
+
+    plain, sf = first_frame(), first_frame(doom_render="hud=on,decals=off,particles=off")
+    assert np.array_equal(sf, first_frame(doom_render="hud=1, decals=0, particles=false"))
+    bottom = slice(120 - 16, 120)  # the status bar: 32 of the original 200 rows
+    assert np.abs(plain[:, bottom].astype(int) - sf[:, bottom].astype(int)).mean() > 10
+    # the monster is in view either way: the frames differ beyond the bar too (the view is shorter)
+    assert not np.array_equal(plain[:, :60], sf[:, :60])
+    assert np.array_equal(plain, first_frame(doom_render=""))  # empty: the .cfg's own options
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("hud", r"'hud' is not name=on\|off"),
+    ("hudd=1", r"'hudd=1' is not name=on\|off with a name from hud, minimal_hud, crosshair"),
+    ("hud=maybe", r"'hud=maybe'"),
+    ("hud=1,hud=0", r"hud is set twice"),
+])
+def test_doom_render_bad_values(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        default_cfg("doom_basic", doom_render=spec)
+
+
 def test_render_rgb_array():
     cfg = default_cfg("doom_basic", seed=1, pixel_format="gray")
     env = make_doom_env("doom_basic", cfg, render_mode="rgb_array")

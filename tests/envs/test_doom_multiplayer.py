@@ -238,3 +238,14 @@ def test_measurements_and_render_of_a_match():
         assert np.array_equal(env.render(), obs[0]["obs"].transpose(1, 2, 0))
     finally:
         env.close()
+
+
+def test_doom_render_reaches_every_player_of_a_match():
+    """--doom_render travels in the match spec to each player's game (the same ``apply_render`` as the
+    single-player envs, whose frames tests/envs/test_doom_family.py checks); nothing starts before reset."""
+    cfg = default_cfg("doom_duel", seed=1, doom_render="hud=on,crosshair=on")
+    env = make_env(cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
+    try:
+        assert env.spec.render == (("hud", True), ("crosshair", True))
+    finally:
+        env.close()

@@ -16,6 +16,10 @@ fixed-cost scenario for throughput runs). Flags of the family:
   groups; ``tuple`` = a Tuple of one Discrete per group; ``single`` = none or one button at a time
   (see :mod:`sfx.envs.doom.actions`).
 * ``--doom_measurements`` (False): game variables in the observation (``obs['measurements']``) (see :mod:`sfx.envs.doom.env`).
+* ``--doom_render`` (the scenario's .cfg): VizDoom render options over the .cfg's, ``name=on|off,...``
+  (hud, crosshair, weapon, decals, particles, ...). Sample Factory ships its own copies of the scenario files,
+  which render differently (its basic.cfg: ``hud=on,decals=off,particles=off``); ``bench.learning`` runs sfx
+  with Sample Factory's rendering so both learn from the same frames.
 * ``--doom_reward_shaping`` (off): ``name=weight,...`` over health_delta, armor_delta, ammo_delta,
   kill, item, damage, death (see :mod:`sfx.envs.doom.reward_shaping`).
 
@@ -94,7 +98,7 @@ __all__ = ["PREFIX", "SCENARIOS", "DoomScenario", "make_doom_env", "register_doo
 def add_doom_params(parser: argparse.ArgumentParser) -> None:
     """The ``doom_`` family's flags."""
     # imported here: game.py imports vizdoom and cv2, which --help for other families does not need
-    from sfx.envs.doom.game import INTERPOLATIONS, PIXEL_FORMATS
+    from sfx.envs.doom.game import INTERPOLATIONS, PIXEL_FORMATS, RENDER_OPTIONS
 
     g = parser.add_argument_group("doom_ envs")
     g.add_argument("--res_w", type=int, default=128, help="observation width in pixels")
@@ -114,6 +118,10 @@ def add_doom_params(parser: argparse.ArgumentParser) -> None:
     add_bool_arg(g, "doom_measurements", False,
                  "observe the game variables (health, ammo, kills ...) too: a Dict observation {obs: frame, "
                  "measurements: float32 vector}, read by the model with a small MLP beside the image encoder")
+    g.add_argument("--doom_render", default=None,
+                   help=f"VizDoom render options set over the scenario's .cfg, as name=on|off,... (names: "
+                        f"{', '.join(RENDER_OPTIONS)}); default: the .cfg's. The bundled basic.cfg renders no HUD, "
+                        f"with decals and particles; Sample Factory's copy of it is hud=on,decals=off,particles=off")
     g.add_argument("--doom_reward_shaping", default=None,
                    help=f"extra reward components as name=weight,... (names: {', '.join(COMPONENTS)}); "
                         f"off by default")
@@ -146,7 +154,7 @@ def validate_doom_cfg(cfg: argparse.Namespace) -> None:
 
 def validate_doom_flags(cfg: argparse.Namespace) -> None:
     """:class:`ConfigError` for a bad flag shared by every doom env (size, shaping)."""
-    from sfx.envs.doom.game import render_resolution
+    from sfx.envs.doom.game import parse_render, render_resolution
 
     for flag in ("res_w", "res_h"):
         value = getattr(cfg, flag)
@@ -154,6 +162,7 @@ def validate_doom_flags(cfg: argparse.Namespace) -> None:
             raise ConfigError(f"--{flag}={value} must be in [8, 1920]")
     render_resolution(cfg.res_w, cfg.res_h, cfg.wide_aspect_ratio)
     parse_reward_shaping(cfg.doom_reward_shaping)
+    parse_render(cfg.doom_render)
 
 
 def make_doom_env(full_env_name: str, cfg: Any, env_config: dict | None = None, render_mode: str | None = None):
@@ -170,12 +179,12 @@ def make_scenario_env(scenario: DoomScenario, full_env_name: str, cfg: Any, env_
                       render_mode: str | None = None):
     """A single-player :class:`~sfx.envs.doom.env.DoomEnv` of ``scenario``, configured by the doom flags of ``cfg``."""
     from sfx.envs.doom.env import DoomEnv
-    from sfx.envs.doom.game import GameSettings
+    from sfx.envs.doom.game import GameSettings, parse_render
 
     settings = GameSettings(res_w=cfg.res_w, res_h=cfg.res_h,
                             wide_aspect_ratio=cfg.wide_aspect_ratio,
                             pixel_format=cfg.pixel_format, interpolation=cfg.resize_interpolation,
-                            seed=env_seed(cfg, env_config))
+                            seed=env_seed(cfg, env_config), render=parse_render(cfg.doom_render))
     return DoomEnv(scenario, settings, frameskip=cfg.env_frameskip,
                    action_space=cfg.doom_action_space,
                    measurements=cfg.doom_measurements,

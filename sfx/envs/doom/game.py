@@ -41,7 +41,38 @@ PIXEL_FORMATS = ("rgb", "gray")
 # (docs/benchmarks.md, "The frame resize").
 INTERPOLATIONS = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}
 
+# --doom_render: VizDoom's render options (``DoomGame.set_render_<name>``), set over what the scenario's .cfg says.
+# VizDoom's bundled scenario files and Sample Factory's copies of them disagree on several (its basic.cfg: hud on,
+# decals and particles off; VizDoom's: hud off, decals and particles on), and agents see different frames.
+RENDER_OPTIONS = ("hud", "minimal_hud", "crosshair", "weapon", "decals", "particles", "effects_sprites", "messages",
+                  "corpses", "screen_flashes", "all_frames")
+_TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
+
 _CWD_LOCK = threading.Lock()
+
+
+def parse_render(spec: str | None) -> tuple[tuple[str, bool], ...]:
+    """``--doom_render`` ``"hud=1,decals=0"`` -> ``(("hud", True), ("decals", False))``; ``None`` or empty: ``()``
+    (the scenario's .cfg decides). :class:`ConfigError` naming a bad entry and what is allowed."""
+    if not spec:
+        return ()
+    out: dict[str, bool] = {}
+    for item in spec.split(","):
+        name, sep, value = item.strip().partition("=")
+        name, value = name.strip(), value.strip().lower()
+        if not sep or name not in RENDER_OPTIONS or value not in _TRUE + _FALSE:
+            raise ConfigError(f"--doom_render={spec!r}: {item.strip()!r} is not name=on|off with a name from "
+                              f"{', '.join(RENDER_OPTIONS)} (values: 1/0, true/false, on/off, yes/no)")
+        if name in out:
+            raise ConfigError(f"--doom_render={spec!r}: {name} is set twice")
+        out[name] = value in _TRUE
+    return tuple(out.items())
+
+
+def apply_render(game: vzd.DoomGame, render: tuple[tuple[str, bool], ...]) -> None:
+    """Set each ``(name, on)`` of :func:`parse_render`'s result on ``game`` (after its .cfg is loaded)."""
+    for name, on in render:
+        getattr(game, f"set_render_{name}")(bool(on))
 
 
 def native_resolutions() -> list[tuple[int, int]]:
@@ -85,6 +116,7 @@ class GameSettings:
         seed: seed of the game's random generator (``None``: VizDoom's own).
         game_args: extra engine arguments (e.g. a multiplayer host's ``-host 2 -port 5029``).
         mode: ``vizdoom.Mode`` (``PLAYER``: synchronous, the engine waits for each action).
+        render: render options set over the scenario's .cfg (:func:`parse_render`'s ``(name, on)`` pairs).
     """
 
     res_w: int = 128
@@ -95,6 +127,7 @@ class GameSettings:
     seed: int | None = None
     game_args: tuple[str, ...] = ()
     mode: vzd.Mode = vzd.Mode.PLAYER
+    render: tuple[tuple[str, bool], ...] = ()
 
 
 class FrameConverter:
@@ -167,6 +200,7 @@ def create_game(scenario: DoomScenario, settings: GameSettings,
     game.set_mode(settings.mode)
     game.set_screen_resolution(getattr(vzd.ScreenResolution, f"RES_{render_size[0]}X{render_size[1]}"))
     game.set_screen_format(converter.screen_format)
+    apply_render(game, settings.render)
     chosen = buttons if buttons is not None else scenario.buttons
     if chosen is not None:
         game.set_available_buttons([getattr(vzd.Button, b) for b in chosen])

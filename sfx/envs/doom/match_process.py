@@ -60,6 +60,7 @@ class MatchSpec:
         interpolation: the resize's filter (``--resize_interpolation``).
         seed: host seed (``None``: the engine's).
         connect_timeout_sec: how long the host waits for joiners in ``init()``.
+        render: render options over the .cfg's (``sfx.envs.doom.game.parse_render``'s pairs).
     """
 
     cfg_path: str
@@ -76,6 +77,7 @@ class MatchSpec:
     seed: int | None
     connect_timeout_sec: int = 10
     interpolation: str = "linear"
+    render: tuple[tuple[str, bool], ...] = ()
 
     def obs_shape(self) -> tuple[int, int, int]:
         """One agent's observation shape ``(C, H, W)``."""
@@ -104,7 +106,7 @@ def _watch_parent(parent_pid: int, workdir: str) -> None:
 def _make_player(spec: MatchSpec, index: int, port: int, workdir: str) -> Any:
     import vizdoom as vzd
 
-    from sfx.envs.doom.game import FrameConverter
+    from sfx.envs.doom.game import FrameConverter, apply_render
 
     converter = FrameConverter(spec.render_size, spec.obs_size, spec.pixel_format, spec.interpolation)
     game = vzd.DoomGame()
@@ -115,6 +117,7 @@ def _make_player(spec: MatchSpec, index: int, port: int, workdir: str) -> Any:
     game.set_mode(vzd.Mode.PLAYER)  # synchronous: the engine waits for each action
     game.set_screen_resolution(getattr(vzd.ScreenResolution, f"RES_{spec.render_size[0]}X{spec.render_size[1]}"))
     game.set_screen_format(converter.screen_format)
+    apply_render(game, spec.render)
     game.set_available_buttons([getattr(vzd.Button, b) for b in spec.buttons])
     game.set_available_game_variables([getattr(vzd.GameVariable, v) for v in MATCH_VARIABLES])
     game.set_episode_timeout(0)  # the server's +timelimit ends the match for every player at once

@@ -210,6 +210,8 @@ class DoomMultiplayerEnv(MultiAgentEnv):
         measurements: observe each player's match variables too (a Dict observation
             ``{"obs": frame, "measurements": float32[len(MATCH_VARIABLES)]}``, as the single-player envs).
         render_mode: ``rgb_array``: ``render()`` returns agent 0's view as ``(H, W, 3)`` uint8.
+        render: every player's render options over the map's .cfg (``--doom_render``;
+            ``sfx.envs.doom.game.parse_render``'s pairs).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 35}
@@ -219,7 +221,8 @@ class DoomMultiplayerEnv(MultiAgentEnv):
                  frameskip: int = 4, timelimit_min: float = 4.0, bot_difficulty: int | None = None,
                  match_timeout_sec: float = 10.0, action_space: str = "discrete",
                  reward_shaping: Mapping[str, float] | None = None, seed: int | None = None,
-                 measurements: bool = False, render_mode: str | None = None, interpolation: str = "linear") -> None:
+                 measurements: bool = False, render_mode: str | None = None, interpolation: str = "linear",
+                 render: tuple[tuple[str, bool], ...] = ()) -> None:
         from sfx.envs.doom.game import render_resolution
 
         if frameskip < 1:
@@ -247,7 +250,8 @@ class DoomMultiplayerEnv(MultiAgentEnv):
                               num_agents=self.num_agents, num_bots=self.num_bots, bots_cfg_path=bots_cfg,
                               frameskip=int(frameskip), timelimit_min=float(timelimit_min),
                               render_size=render_resolution(res_w, res_h, wide_aspect_ratio), obs_size=(res_w, res_h),
-                              pixel_format=pixel_format, seed=seed, interpolation=interpolation)
+                              pixel_format=pixel_format, seed=seed, interpolation=interpolation,
+                              render=tuple(render))
         shape = self.spec.obs_shape()
         self.measurements = bool(measurements)
         self.render_mode = render_mode
@@ -451,6 +455,7 @@ def validate_multiplayer_cfg(cfg: Any) -> None:
 def make_multiplayer_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
                          render_mode: str | None = None) -> DoomMultiplayerEnv:
     """The :class:`DoomMultiplayerEnv` named by ``full_env_name``, configured by the ``doom_`` flags of ``cfg``."""
+    from sfx.envs.doom.game import parse_render
     from sfx.envs.registry import env_seed
 
     scenario = multiplayer_scenario_of(full_env_name)
@@ -467,4 +472,4 @@ def make_multiplayer_env(full_env_name: str, cfg: Any, env_config: dict | None =
         action_space=cfg.doom_action_space,
         reward_shaping=parse_reward_shaping(cfg.doom_reward_shaping),
         seed=env_seed(cfg, env_config), measurements=cfg.doom_measurements,
-        render_mode=render_mode)
+        render_mode=render_mode, render=parse_render(cfg.doom_render))
