@@ -28,6 +28,7 @@ import cv2
 import numpy as np
 import vizdoom as vzd
 
+from sfx.cfg.flag_types import FALSE_STRINGS, TRUE_STRINGS, str2bool
 from sfx.errors import ConfigError
 from sfx.envs.doom.reward_shaping import TRACKED_VARIABLES
 from sfx.envs.doom.scenarios import DoomScenario
@@ -46,7 +47,6 @@ INTERPOLATIONS = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest":
 # decals and particles off; VizDoom's: hud off, decals and particles on), and agents see different frames.
 RENDER_OPTIONS = ("hud", "minimal_hud", "crosshair", "weapon", "decals", "particles", "effects_sprites", "messages",
                   "corpses", "screen_flashes", "all_frames")
-_TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 
 _CWD_LOCK = threading.Lock()
 
@@ -60,12 +60,13 @@ def parse_render(spec: str | None) -> tuple[tuple[str, bool], ...]:
     for item in spec.split(","):
         name, sep, value = item.strip().partition("=")
         name, value = name.strip(), value.strip().lower()
-        if not sep or name not in RENDER_OPTIONS or value not in _TRUE + _FALSE:
+        if not sep or name not in RENDER_OPTIONS or value not in TRUE_STRINGS + FALSE_STRINGS:
             raise ConfigError(f"--doom_render={spec!r}: {item.strip()!r} is not name=on|off with a name from "
-                              f"{', '.join(RENDER_OPTIONS)} (values: 1/0, true/false, on/off, yes/no)")
+                              f"{', '.join(RENDER_OPTIONS)} (values: {'/'.join(TRUE_STRINGS)} or "
+                              f"{'/'.join(FALSE_STRINGS)})")
         if name in out:
             raise ConfigError(f"--doom_render={spec!r}: {name} is set twice")
-        out[name] = value in _TRUE
+        out[name] = str2bool(value)
     return tuple(out.items())
 
 
