@@ -261,9 +261,16 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="encoder architecture: convnet_simple, convnet_impala (conv), resnet_impala (resnet), "
                         "mlp_mujoco (mlp)")
     g.add_argument("--nonlinearity", choices=["elu", "relu", "tanh"], default="elu", help="activation function")
-    g.add_argument("--policy_initialization", choices=["orthogonal", "xavier_uniform", "torch_default"],
-                   default="orthogonal", help="weight initialization of the encoder layers")
-    g.add_argument("--policy_init_gain", type=float, default=1.0, help="gain of that initialization")
+    g.add_argument("--policy_initialization",
+                   choices=["orthogonal", "xavier_uniform", "kaiming_uniform", "torch_default"], default="orthogonal",
+                   help="weight initialization of the built-in encoders' and the heads' layers (biases 0); "
+                        "kaiming_uniform: PyTorch's own default weights; torch_default: leave PyTorch's init")
+    g.add_argument("--encoder_initialization", choices=["policy", "orthogonal", "xavier_uniform", "kaiming_uniform",
+                                                        "torch_default"], default="policy",
+                   help="the built-in encoders' own initialization; policy: --policy_initialization's. The doom "
+                        "family's kaiming_uniform is the scale Sample Factory's encoders train from (its "
+                        "orthogonal init skips its jit-scripted encoders)")
+    g.add_argument("--policy_init_gain", type=float, default=1.0, help="gain of those initializations")
     add_bool_arg(g, "actor_critic_share_weights", True,
                  "actor and critic share one encoder and core; False = two separate networks, each with its own "
                  "encoder and core (with an RNN the recurrent state holds both cores' states)")

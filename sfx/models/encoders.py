@@ -31,7 +31,7 @@ from sfx.errors import ConfigError
 from sfx.models.precision import encoder_uses_bf16
 
 NONLINEARITIES = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
-INITIALIZATIONS = ("orthogonal", "xavier_uniform", "torch_default")
+INITIALIZATIONS = ("orthogonal", "xavier_uniform", "kaiming_uniform", "torch_default")
 _CHANNEL_COUNTS = (1, 3, 4)
 
 
@@ -246,10 +246,15 @@ def make_builtin_encoder(name: str, cfg: Any, obs_shape: Sequence[int]) -> nn.Mo
 def init_weights(module: nn.Module, scheme: str = "orthogonal", gain: float = 1.0) -> None:
     """Initialize every Linear/Conv2d weight in ``module`` (biases to zero).
 
-    ``scheme``: ``orthogonal`` | ``xavier_uniform`` | ``torch_default`` (leave PyTorch's init).
+    ``scheme``: ``orthogonal`` | ``xavier_uniform`` | ``kaiming_uniform`` | ``torch_default`` (leave PyTorch's
+    init, biases included). ``kaiming_uniform`` is PyTorch's own default for these layers' weights
+    (``kaiming_uniform_`` with ``a = sqrt(5)``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``) times ``gain``: the scale
+    Sample Factory's conv and MLP encoders train from (they are ``torch.jit.script`` modules, which its
+    orthogonal initialisation does not recognise as layers, so only their biases are zeroed). An orthogonal
+    ``W`` with gain 1 has ``|W|_F = sqrt(out)``, this one ``sqrt(out / 3)``: each layer 0.58x as large.
     """
     if scheme not in INITIALIZATIONS:
-        raise ConfigError(f"policy_initialization {scheme!r} is not known; allowed: {', '.join(INITIALIZATIONS)}")
+        raise ConfigError(f"initialization {scheme!r} is not known; allowed: {', '.join(INITIALIZATIONS)}")
     if scheme == "torch_default":
         return
     for m in module.modules():
@@ -258,8 +263,11 @@ def init_weights(module: nn.Module, scheme: str = "orthogonal", gain: float = 1.
             w = torch.empty(m.weight.shape, dtype=m.weight.dtype, device=m.weight.device)
             if scheme == "orthogonal":
                 nn.init.orthogonal_(w, gain=gain)
-            else:
+            elif scheme == "xavier_uniform":
                 nn.init.xavier_uniform_(w, gain=gain)
+            else:
+                nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+                w.mul_(gain)
             with torch.no_grad():
                 m.weight.copy_(w)
             if m.bias is not None:

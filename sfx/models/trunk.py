@@ -78,8 +78,15 @@ class Trunk(nn.Module):
         return TrunkSequence(out, features)
 
 
+def encoder_initialization(cfg: Any) -> str:
+    """The built-in encoders' initialization: ``--encoder_initialization``, or ``--policy_initialization`` where
+    that says ``policy`` (or a cfg predates the flag)."""
+    scheme = getattr(cfg, "encoder_initialization", "policy") or "policy"
+    return cfg.policy_initialization if scheme == "policy" else scheme
+
+
 def make_encoder(cfg: Any, obs_space: gym.Space, encoder: nn.Module | None = None) -> nn.Module:
-    """The encoder ``cfg`` names for ``obs_space`` (a built-in, initialised by ``--policy_initialization``, or
+    """The encoder ``cfg`` names for ``obs_space`` (a built-in, initialised by :func:`encoder_initialization`, or
     a registered factory's, called once per call), or the ready-made ``encoder``; checked either way.
 
     Raises:
@@ -90,7 +97,7 @@ def make_encoder(cfg: Any, obs_space: gym.Space, encoder: nn.Module | None = Non
         if factory is None:
             encoder = (DictEncoder(cfg, obs_space, name) if isinstance(obs_space, gym.spaces.Dict)
                        else make_builtin_encoder(name, cfg, obs_space.shape))
-            init_weights(encoder, cfg.policy_initialization, float(cfg.policy_init_gain))
+            init_weights(encoder, encoder_initialization(cfg), float(cfg.policy_init_gain))
         else:
             encoder = factory(cfg, obs_space)
     out_size = getattr(encoder, "out_size", None)

@@ -307,6 +307,9 @@ def test_family_defaults():
     assert (cfg.with_vtrace, cfg.gae_lambda, cfg.value_loss_coeff, cfg.advantage_normalization) == \
         (False, 0.95, 1.0, "minibatch")
     assert not hasattr(default_cfg("doom_basic", algo="R2D2"), "with_vtrace")  # another algorithm: APPO's left out
+    # the encoder starts at PyTorch's default scale, as Sample Factory's does; the heads stay orthogonal
+    assert (cfg.encoder_initialization, cfg.policy_initialization) == ("kaiming_uniform", "orthogonal")
+    assert default_cfg("doom_basic", encoder_initialization="policy").encoder_initialization == "policy"
     assert cfg.reward_scale == 0.01
     assert default_cfg("doom_defend_the_center").reward_scale == 1.0
     assert default_cfg("doom_basic", reward_scale=0.5).reward_scale == 0.5, "the command line wins"

@@ -211,6 +211,40 @@ def test_heads_follow_the_policy_initialization(gain):
     assert float(model.value_head.bias.detach().abs().max()) == 0.0
 
 
+def _encoder_layers(model):
+    return [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+            and m is not model.action_head and m is not model.value_head]
+
+
+@pytest.mark.parametrize("gain", [1.0, 0.5])
+def test_encoder_initialization_kaiming_uniform_is_pytorchs_default_scale_and_heads_stay_orthogonal(gain):
+    """--encoder_initialization=kaiming_uniform: each encoder layer's weights uniform in +-gain/sqrt(fan_in)
+    (PyTorch's default for Linear/Conv2d, the scale Sample Factory's jit-scripted encoders train from), biases 0;
+    the heads follow --policy_initialization (orthogonal)."""
+    model = create_actor_critic(make_cfg(use_rnn=False, encoder_initialization="kaiming_uniform",
+                                         policy_init_gain=gain), image_space((72, 128, 3)), spaces.Discrete(4))
+    layers = _encoder_layers(model)
+    assert len(layers) == 4  # convnet_simple's three convs and its fc
+    for layer in layers:
+        w = layer.weight.detach().reshape(layer.weight.shape[0], -1)
+        bound = gain / np.sqrt(w.shape[1])
+        assert float(w.abs().max()) <= bound * (1 + 1e-6)
+        # U(-b, b) has std b / sqrt(3); with >= 6,144 draws the sample std is within 3% of it
+        torch.testing.assert_close(float(w.std()), bound / np.sqrt(3), rtol=0.03, atol=0)
+        assert float(layer.bias.detach().abs().max()) == 0.0
+    h = model.action_head.weight.detach()
+    torch.testing.assert_close(h @ h.T, gain**2 * torch.eye(4), atol=1e-5, rtol=0)
+
+
+def test_encoder_initialization_policy_follows_the_policy_initialization():
+    """The default, ``policy``: the encoder is initialised by --policy_initialization (orthogonal rows here)."""
+    model = create_actor_critic(make_cfg(use_rnn=False), image_space((72, 128, 3)), spaces.Discrete(4))
+    for layer in _encoder_layers(model):
+        w = layer.weight.detach().reshape(layer.weight.shape[0], -1)
+        assert w.shape[0] <= w.shape[1]
+        torch.testing.assert_close(w @ w.T, torch.eye(w.shape[0]), atol=1e-4, rtol=0)
+
+
 def test_policy_gradient_reaches_the_trunk():
     """At initialisation the policy loss moves the encoder about as much as the value loss does (with a
     0.01 head it was a hundred times less)."""
