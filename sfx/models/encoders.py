@@ -254,7 +254,8 @@ def init_weights(module: nn.Module, scheme: str = "orthogonal", gain: float = 1.
     ``W`` with gain 1 has ``|W|_F = sqrt(out)``, this one ``sqrt(out / 3)``: each layer 0.58x as large.
     """
     if scheme not in INITIALIZATIONS:
-        raise ConfigError(f"initialization {scheme!r} is not known; allowed: {', '.join(INITIALIZATIONS)}")
+        raise ConfigError(f"initialization {scheme!r} (--policy_initialization, --encoder_initialization) is not "
+                          f"known; allowed: {', '.join(INITIALIZATIONS)}")
     if scheme == "torch_default":
         return
     for m in module.modules():
