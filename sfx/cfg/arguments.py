@@ -261,12 +261,11 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="encoder architecture: convnet_simple, convnet_impala (conv), resnet_impala (resnet), "
                         "mlp_mujoco (mlp)")
     g.add_argument("--nonlinearity", choices=["elu", "relu", "tanh"], default="elu", help="activation function")
-    g.add_argument("--policy_initialization",
-                   choices=["orthogonal", "xavier_uniform", "kaiming_uniform", "torch_default"], default="orthogonal",
+    initializations = ["orthogonal", "xavier_uniform", "kaiming_uniform", "torch_default"]  # models' INITIALIZATIONS
+    g.add_argument("--policy_initialization", choices=initializations, default="orthogonal",
                    help="weight initialization of the built-in encoders' and the heads' layers (biases 0); "
                         "kaiming_uniform: PyTorch's own default weights; torch_default: leave PyTorch's init")
-    g.add_argument("--encoder_initialization", choices=["policy", "orthogonal", "xavier_uniform", "kaiming_uniform",
-                                                        "torch_default"], default="policy",
+    g.add_argument("--encoder_initialization", choices=["policy", *initializations], default="policy",
                    help="the built-in encoders' own initialization; policy: --policy_initialization's. The doom "
                         "family's kaiming_uniform is the scale Sample Factory's encoders train from (its "
                         "orthogonal init skips its jit-scripted encoders)")

@@ -236,6 +236,15 @@ def test_encoder_initialization_kaiming_uniform_is_pytorchs_default_scale_and_he
     torch.testing.assert_close(h @ h.T, gain**2 * torch.eye(4), atol=1e-5, rtol=0)
 
 
+def test_initialization_flags_offer_every_scheme_init_weights_knows():
+    from sfx.cfg import parse_args
+    from sfx.models.encoders import INITIALIZATIONS
+    for scheme in INITIALIZATIONS:
+        cfg = parse_args(["--env=gym_CartPole-v1", f"--policy_initialization={scheme}",
+                          f"--encoder_initialization={scheme}"])
+        assert (cfg.policy_initialization, cfg.encoder_initialization) == (scheme, scheme)
+
+
 def test_encoder_initialization_policy_follows_the_policy_initialization():
     """The default, ``policy``: the encoder is initialised by --policy_initialization (orthogonal rows here)."""
     model = create_actor_critic(make_cfg(use_rnn=False), image_space((72, 128, 3)), spaces.Discrete(4))
