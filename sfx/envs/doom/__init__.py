@@ -75,8 +75,9 @@ from sfx.envs.registry import env_seed, gym_id_stem, register_env, register_env_
 # The encoder's initial weights: Sample Factory's orthogonal initialisation never reaches its conv encoder
 # (a torch.jit.script module, whose layers its type check does not recognise), so that encoder trains from
 # PyTorch's default weights (0.58x orthogonal's scale per layer) with zero biases; its heads are orthogonal.
-# The same here (kaiming_uniform) ended doom_basic at 73.2 on 8 seeds (Sample Factory 72.5) against 70.2-70.4
-# with an orthogonal encoder (docs/benchmarks.md, "The encoder's initial scale").
+# The same here (kaiming_uniform) ended doom_basic at 72.7 over 16 runs (two sets of 8 seeds: 73.2, 72.1;
+# Sample Factory 72.5) against 70.2-70.4 with an orthogonal encoder (docs/benchmarks.md, "The encoder's initial
+# scale").
 DEFAULT_OVERRIDES = {"env_frameskip": 4, "encoder_type": "conv", "encoder_subtype": "convnet_simple",
                      "wide_aspect_ratio": False, "ppo_clip_value": 0.2, "exploration_loss": "symmetric_kl",
                      "exploration_loss_coeff": 0.001, "with_vtrace": False, "gae_lambda": 0.95,
