@@ -111,6 +111,11 @@ class RolloutWorker(Component):
         self.envs: list = []
         self.awaiting = np.zeros(self.num_splits, dtype=np.int64)  # rows still without actions
         self.asked_at = np.zeros(self.num_splits)  # when each split's requests went out (round-trip latency)
+        # finished trajectories per split, (policy, slot): ready ones go to the learner as soon as the split's step
+        # is recorded; one whose last step a time limit cut waits for the next answer, which writes V(final obs)
+        # into it (a trajectory held for nothing would reach the learner an act round trip late, and in serial mode
+        # each trajectory's first step would then be acted by the weights from before the iteration it ends)
+        self.ready_sends: list[list[tuple[int, int]]] = [[] for _ in range(self.num_splits)]
         self.pending_sends: list[list[tuple[int, int]]] = [[] for _ in range(self.num_splits)]
         self.last_requests: list[dict[int, np.ndarray]] = [{} for _ in range(self.num_splits)]
         self.episode_stats: list[dict] = []
@@ -291,6 +296,7 @@ class RolloutWorker(Component):
         if self.stopped:
             return
         self._send_requests(split)
+        self._flush_sends(split, self.ready_sends[split])
         self._maybe_report()
 
     def _make_env(self, e: int):
@@ -386,8 +392,7 @@ class RolloutWorker(Component):
         if continues and self.memory is not None:
             # the policy worker wrote step t - 1's entry before it answered
             nbuf["memory"][new_slot] = self.memory[self.agent_offset + a]
-        # sent after the next answer, which may still write a truncation value into this slot
-        self.pending_sends[a // self.agents_per_split].append((int(p), int(slot)))
+        self._finished(a, int(p), int(slot))
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
         if new_p != p:
             self._apply_shaping(a)
@@ -408,7 +413,7 @@ class RolloutWorker(Component):
         nbuf = self.np[new_p]
         self._write_obs(nbuf["obs"], (new_slot, 0), obs)
         nbuf["rnn_states"][new_slot, 0] = self.init_rnn
-        self.pending_sends[a // self.agents_per_split].append((p, slot))
+        self._finished(a, p, slot)
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
         self._apply_shaping(a)
 
@@ -454,8 +459,14 @@ class RolloutWorker(Component):
                 self.awaiting[split] = sum(len(r) for r in self.last_requests[split].values())
                 self._put_requests(split)
 
-    def _flush_sends(self, split: int) -> None:
-        sends = self.pending_sends[split]
+    def _finished(self, a: int, p: int, slot: int) -> None:
+        """Agent ``a``'s trajectory in ``slot`` of policy ``p`` is complete: to the learner after this step
+        (``ready_sends``), or after the next answer when that answer still writes its truncation value."""
+        split = a // self.agents_per_split
+        (self.pending_sends if self.trunc_slot[a] == slot else self.ready_sends)[split].append((p, slot))
+
+    def _flush_sends(self, split: int, sends: list[tuple[int, int]] | None = None) -> None:
+        sends = self.pending_sends[split] if sends is None else sends
         if not sends:
             return
         by_policy: dict[int, list[int]] = {}
