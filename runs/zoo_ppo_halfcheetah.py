@@ -35,6 +35,9 @@ The zoo's entry (rl_zoo3 2.9.2, ``hyperparams/ppo.yml``, HalfCheetah-v4) and its
 ``--max_policy_lag=10000``: 8 x 20 = 160 minibatch steps per iteration put every sample past sfx's default of 100
 (SB3 trains each rollout for its 20 epochs whatever their count).
 
+Without the normalisers on either side, one iteration of this line is SB3's to float32 rounding, minibatch by
+minibatch from the same weights and rollout: ``python -m bench.sb3_ppo_update`` checks it.
+
 Where sfx differs (not a flag here): SB3's VecNormalize divides the rewards by the running spread of the discounted
 return and clips observations at 10, sfx normalises the value targets (mean and spread) and clips observations at 5;
 SB3's observation statistics move with every env step, sfx's after every iteration.
