@@ -60,7 +60,8 @@ PARAMETER_NAMES = {
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("::", ":"), formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("::", ":"),
+                                formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=512, help="env steps of the rollout (the zoo's n_steps: 512)")
     p.add_argument("--episode_steps", type=int, default=200,
                    help="time limit of an episode, so that the rollout holds truncated episodes (default 200)")

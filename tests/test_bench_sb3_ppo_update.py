@@ -33,13 +33,13 @@ class PlainPolicy(nn.Module):
 
     def sb3_names(self) -> dict[str, torch.Tensor]:
         p = self.state_dict()
-        return {"log_std": p["log_std"], "mlp_extractor.policy_net.0.weight": p["pi.0.weight"],
-                "mlp_extractor.policy_net.0.bias": p["pi.0.bias"], "mlp_extractor.policy_net.2.weight": p["pi.2.weight"],
-                "mlp_extractor.policy_net.2.bias": p["pi.2.bias"], "mlp_extractor.value_net.0.weight": p["vf.0.weight"],
-                "mlp_extractor.value_net.0.bias": p["vf.0.bias"], "mlp_extractor.value_net.2.weight": p["vf.2.weight"],
-                "mlp_extractor.value_net.2.bias": p["vf.2.bias"], "action_net.weight": p["mean.weight"],
-                "action_net.bias": p["mean.bias"], "value_net.weight": p["value.weight"],
-                "value_net.bias": p["value.bias"]}
+        names = {"log_std": "log_std", "action_net.weight": "mean.weight", "action_net.bias": "mean.bias",
+                 "value_net.weight": "value.weight", "value_net.bias": "value.bias"}
+        for net, ours in (("policy_net", "pi"), ("value_net", "vf")):
+            for layer in ("0", "2"):
+                for kind in ("weight", "bias"):
+                    names[f"mlp_extractor.{net}.{layer}.{kind}"] = f"{ours}.{layer}.{kind}"
+        return {theirs: p[ours] for theirs, ours in names.items()}
 
     def log_prob_entropy_value(self, obs: torch.Tensor, actions: torch.Tensor):
         mean, log_std = self.mean(self.pi(obs)), self.log_std.expand(obs.shape[0], -1)
