@@ -258,7 +258,7 @@ class RolloutWorker(Component):
         return range(first, first + self.agents_per_split)
 
     def _advance_split(self, split: int) -> None:
-        self._flush_sends(split)
+        self._flush_sends(self.pending_sends[split])
         if self.gate is not None:
             agents = self._split_agents(split)
             starting = int((self.t[agents.start:agents.stop] == 0).sum())
@@ -296,7 +296,7 @@ class RolloutWorker(Component):
         if self.stopped:
             return
         self._send_requests(split)
-        self._flush_sends(split, self.ready_sends[split])
+        self._flush_sends(self.ready_sends[split])
         self._maybe_report()
 
     def _make_env(self, e: int):
@@ -465,8 +465,8 @@ class RolloutWorker(Component):
         split = a // self.agents_per_split
         (self.pending_sends if self.trunc_slot[a] == slot else self.ready_sends)[split].append((p, slot))
 
-    def _flush_sends(self, split: int, sends: list[tuple[int, int]] | None = None) -> None:
-        sends = self.pending_sends[split] if sends is None else sends
+    def _flush_sends(self, sends: list[tuple[int, int]]) -> None:
+        """Hand the finished trajectories ``sends`` (policy, slot) to their learners and empty the list."""
         if not sends:
             return
         by_policy: dict[int, list[int]] = {}

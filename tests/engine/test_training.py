@@ -199,6 +199,7 @@ def test_a_trajectory_whose_last_step_a_time_limit_cut_waits_for_its_truncation_
     assert len(seen) >= 10 and all(n == 4 for n, _ in seen)  # every trajectory of every batch ends truncated
     assert max(diff for _, diff in seen) < 1e-5, seen
 
+
 def test_async_run_stops_cleanly_without_leaks(tmp_path):
     before = shm_segments()
     cfg = small_cfg(tmp_path, serial_mode=False, train_for_env_steps=4000)
