@@ -5,7 +5,8 @@ the update the one a single learner would compute on all ranks' minibatches toge
 
 - ``sum(t)``: a tensor summed over ranks (valid-sample counts, advantage and normalizer moments);
 - ``any(flag)``: a non-finite minibatch on any rank is skipped on every rank (collectives stay in
-  step, nobody waits for a rank that skipped);
+  step, nobody waits for a rank that skipped); ``max(value)`` the same for small integers (the vote to
+  stop);
 - ``sum_gradients(params)``: every gradient summed over ranks in one flat all-reduce. Each rank
   scales its loss by its share of the valid samples (local / global count), so the sum is the
   gradient of the mean over all ranks' samples (every APPO loss term is such a mean).
@@ -77,9 +78,13 @@ class GradientGroup:
         return out
 
     def any(self, flag: bool) -> bool:
-        t = torch.tensor([1.0 if flag else 0.0])
+        return self.max(1 if flag else 0) > 0
+
+    def max(self, value: int) -> int:
+        """The largest of the ranks' small integers (exact in float32 below 2**24)."""
+        t = torch.tensor([float(value)])
         self._all_reduce(t, self.dist.ReduceOp.MAX)
-        return bool(t.item() > 0)
+        return int(t.item())
 
     def sum_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
         params = [p for p in params if p.requires_grad]

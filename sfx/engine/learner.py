@@ -26,7 +26,7 @@ from sfx.engine.buffers import TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.sample_source import FreshTrajectories
 from sfx.engine.protocol import (CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, PBT_APPLIED, PBT_SNAPSHOT, PBT_UPDATE,
-                                 RANKS_STOPPED, STOP_LEARNING, TRAIN, TRAJ)
+                                 RANKS_STOPPED, STOP_LEARNING, STOP_STATUSES, TRAIN, TRAJ)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ class Learner(Component):
         self.inference = inference
         self.ranks = ranks
         self.is_main = ranks is None or ranks.is_main
-        self.stop_requested = False  # STOP_LEARNING received: vote to stop at the next iteration
+        # STOP_LEARNING received (how this rank wants to end, one of STOP_STATUSES): vote to stop at the next
+        # iteration
+        self.stop_requested: str | None = None
         self.ranks_stopped = False  # the ranks voted to stop: no more training (the coordinator stops us)
         self.iterations = 0
         # a copy: PBT changes this policy's hyperparameters, and in serial mode the learners of all
@@ -255,7 +257,10 @@ class Learner(Component):
             elif kind == PBT_UPDATE:
                 self._pbt_update(payload)
             elif kind == STOP_LEARNING:
-                self.stop_requested = True
+                if payload not in STOP_STATUSES:
+                    raise ValueError(f"learner got STOP_LEARNING with status {payload!r}; expected one of "
+                                     f"{STOP_STATUSES}")
+                self.stop_requested = payload
             else:
                 raise ValueError(f"learner got unknown message {kind!r}")
         # ready() is asked right after each iteration: a fresh source then tells the collection gate whether the
@@ -269,14 +274,17 @@ class Learner(Component):
         """With several ranks, before each iteration: does any rank's coordinator want to stop? Every
         learner then stops at this same point (so no collective waits for a learner that left), checks
         that the weights are still equal, and says so (``RANKS_STOPPED``); it trains no more and waits for
-        its coordinator's stop (then ``finish`` saves rank 0's final checkpoint)."""
-        stop = self.group.any(self.stop_requested)
-        if stop:
+        its coordinator's stop (then ``finish`` saves rank 0's final checkpoint). The vote keeps the most
+        urgent status any rank wanted (``STOP_STATUSES``), which every rank ends with."""
+        wanted = STOP_STATUSES.index(self.stop_requested) + 1 if self.stop_requested is not None else 0
+        agreed = self.group.max(wanted)
+        if agreed:
             match = self.group.weights_match(self.model)
             self.report_queue.put((RANKS_STOPPED, self.policy_id, {"env_steps": self.env_steps,
-                                                                    "weights_match": match}))
+                                                                    "weights_match": match,
+                                                                    "status": STOP_STATUSES[agreed - 1]}))
             self.ranks_stopped = True
-        return stop
+        return bool(agreed)
 
     def train_iteration(self) -> None:
         """One iteration: the source's next batch, the agent's minibatch steps (new weights published after

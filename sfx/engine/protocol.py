@@ -18,8 +18,9 @@ Control (separate queues, so a control message never waits behind data)::
     (PBT_SNAPSHOT, {"request": int, "path": str})         coordinator (PBT) -> learner_control[p]
     (PBT_UPDATE, {"params": dict, "load_path": str|None, "from_policy": int|None})
                                                           coordinator (PBT) -> learner_control[p]
-    (STOP_LEARNING, None)                                 coordinator -> learner_control[p], with several
-        ranks: stop at the next iteration every rank's learner agrees on (see RANKS_STOPPED)
+    (STOP_LEARNING, status)                               coordinator -> learner_control[p], with several
+        ranks: stop at the next iteration every rank's learner agrees on (see RANKS_STOPPED); ``status``
+        (one of STOP_STATUSES) is how this rank's stop rule wants the training to end
     (EVALUATE, {"policy": int, "env_steps": int})         coordinator -> eval_queue (the evaluator), sent
         only while the evaluator is idle (an evaluation due while one runs is skipped and counted)
 
@@ -34,7 +35,8 @@ Reports (every component -> report_queue -> coordinator), all ``(kind, who, payl
     (PBT_APPLIED, policy, {"params", "from_policy"})      new hyperparameters (and weights) in use
     (ERROR, component_name, traceback_text)
     (STOPPED, component_name, {})                         the component's process is about to exit
-    (RANKS_STOPPED, policy, {"env_steps", "weights_match"})  with several ranks: the learners agreed to stop
+    (RANKS_STOPPED, policy, {"env_steps", "weights_match", "status"})  with several ranks: the learners agreed
+                                                          to stop; ``status``: the most urgent any rank wanted
     (RANK_LOST, component_name, message)                  with several ranks: a collective failed (another
                                                           rank died, hung or was killed); sent before ERROR
     (PERF, component_name, {"wall", "sec": {part: seconds}, "counts", "hists", "inbox_depth"})
@@ -62,6 +64,10 @@ RESEND = "resend"
 PBT_SNAPSHOT = "pbt_snapshot"
 PBT_UPDATE = "pbt_update"
 STOP_LEARNING = "stop_learning"
+# how a rank's stop rule wants the training to end (STOP_LEARNING's payload), least urgent first: the ranks'
+# vote keeps the most urgent, and every rank ends with it (a rank that Ctrl+C or Slurm's warning signal
+# stopped makes every rank "interrupted": none may call an unfinished training done)
+STOP_STATUSES = ("done", "interrupted")
 EVALUATE = "evaluate"
 
 # reports

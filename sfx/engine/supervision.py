@@ -243,7 +243,8 @@ class RankAgreement:
     would leave the others waiting in a collective). So a stop rule that fires here (done, Ctrl+C) does
     not stop this rank at once: it asks this rank's learner (``STOP_LEARNING``); before every iteration
     the learners vote, all stop together, compare their weights and report ``RANKS_STOPPED``, and then
-    each rank stops. A rank whose rules never fire stops when the vote says another rank's did. If the
+    each rank stops. A rank whose rules never fire stops when the vote says another rank's did, with the
+    most urgent status any rank wanted (``STOP_STATUSES``: one rank interrupted, every rank is). If the
     vote does not come within ``--distributed_timeout_sec`` (another rank dead or hung) this rank stops
     anyway; a second Ctrl+C stops it at once."""
 
@@ -274,9 +275,13 @@ class RankAgreement:
             if not self.agreed["weights_match"]:
                 return Stop("failed", "stopping: the ranks' weights differ at the end (a checksum over every "
                                       "tensor); rank 0's checkpoint is kept", logging.ERROR)
-            status = self.wanted.status if self.wanted is not None else "done"
+            # the most urgent status any rank wanted: a rank whose own rules did not fire (or said "done")
+            # ends as the rank that Ctrl+C or Slurm's warning signal stopped, never as finished
+            status = self.agreed["status"]
+            mine = self.wanted.status if self.wanted is not None else None
+            whose = "" if status == mine else f", as another rank's stop wanted ({status})"
             return Stop(status, f"every rank's learner agreed to stop at {self.agreed['env_steps']:,} env steps "
-                                f"(all ranks) with equal weights")
+                                f"(all ranks) with equal weights{whose}")
         if self.wanted is None and not self.learners_ready() \
                 and now - self.start > self.cfg.distributed_timeout_sec + JOIN_GRACE_SEC:
             # a learner stuck joining the group (a peer that never connects) has no heartbeat deadline
@@ -293,7 +298,7 @@ class RankAgreement:
                 log.log(wanted.level, wanted.message)
             log.info("asking the learners of every rank to stop at their next common iteration")
             for q in self.learner_control:
-                put_or_raise(q, [(STOP_LEARNING, None)], "the learner's control queue")
+                put_or_raise(q, [(STOP_LEARNING, wanted.status)], "the learner's control queue")
             return None
         if self.stop_request.forced:
             return Stop(self.wanted.status, "second Ctrl+C: stopping this rank without waiting for the others")

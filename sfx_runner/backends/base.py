@@ -60,6 +60,9 @@ def parse_bool(text: str) -> bool:
 # sfx.train's exit code for "another rank of this training died or hung: start me again, I resume from
 # rank 0's checkpoint" (EX_TEMPFAIL; mirrors sfx.train.EXIT_CODES["rank_lost"]: sfx_runner imports no sfx)
 RESUME_EXIT_CODE = 75
+# sfx.train's exit code after a stop it did not finish from (Ctrl+C, SIGTERM, or, with several ranks, another
+# rank's stop): a final checkpoint was saved, the same command resumes (mirrors EXIT_CODES["interrupted"])
+INTERRUPTED_EXIT_CODE = 130
 
 
 def describe_returncode(returncode: int) -> str:

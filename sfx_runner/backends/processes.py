@@ -33,20 +33,18 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from sfx_runner.backends.base import Backend, describe_returncode, format_command
+from sfx_runner.backends.base import INTERRUPTED_EXIT_CODE, Backend, describe_returncode, format_command
 from sfx_runner.errors import RunnerError
 from sfx_runner.run_description import ExperimentSpec, RunDescription, resolve_interpreter
 from sfx_runner.state import log_path, process_runs_experiment, read_state, write_state
 
 POLL_SEC = 0.2
 LOG_TAIL_LINES = 10
-# sfx.train's exit status after SIGINT / SIGTERM: it saved a final checkpoint
-INTERRUPTED_RETURNCODE = 130
 # what a child stopped by the runner may also return: killed by one of the runner's signals (negative
 # in Popen.returncode) or a shell's 128 + signal. Outside a stop, these count as failures (SIGKILL from
 # the out-of-memory killer is one).
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
-STOPPED_RETURNCODES = {INTERRUPTED_RETURNCODE} | {-s for s in _STOP_SIGNALS} | {128 + s for s in _STOP_SIGNALS}
+STOPPED_RETURNCODES = {INTERRUPTED_EXIT_CODE} | {-s for s in _STOP_SIGNALS} | {128 + s for s in _STOP_SIGNALS}
 
 
 def _positive_int(text: str) -> int:
@@ -409,7 +407,7 @@ class ProcessesBackend(Backend):
                 state = "finished"
                 outcomes.finished.append(spec.name)
                 _say(f"finished {spec.name} after {seconds:.0f} s")
-            elif rc == INTERRUPTED_RETURNCODE or (stopping and rc in STOPPED_RETURNCODES):
+            elif rc == INTERRUPTED_EXIT_CODE or (stopping and rc in STOPPED_RETURNCODES):
                 state = "interrupted"
                 outcomes.interrupted.append(spec.name)
                 _say(f"interrupted {spec.name} ({describe_returncode(rc)}) after {seconds:.0f} s")

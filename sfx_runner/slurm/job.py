@@ -12,7 +12,9 @@ is that rank. Who does what:
   (``.runner/tasks/<experiment>/task<k>.json``: its trainer's pid and how it ended, per attempt).
 * Warning signal (time limit, preemption): every task stops its own trainer with SIGINT (the ranks
   agree to stop, rank 0 saves the checkpoint); submitit calls :meth:`ExperimentJob.checkpoint` on task 0
-  only, which requeues the whole job (all tasks start again and resume).
+  only, which requeues the whole job (all tasks start again and resume). The ranks' vote stops every rank
+  "interrupted" (exit code 130) as soon as one task's signal stopped its rank, so a trainer may end before
+  its own task's signal arrives: that task then waits for it (task 0 to requeue, task k > 0 for the end).
 * A trainer that exits with :data:`RESUME_EXIT_CODE` (75: another rank died or hung) or is killed by a
   signal outside a stop: task 0 requeues the job with ``scontrol requeue`` (at most ``max_requeues``
   times per submission, counted in the state's ``requeues``), then fails the experiment with a clear
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from sfx_runner.backends.base import RESUME_EXIT_CODE, describe_returncode, format_command
+from sfx_runner.backends.base import INTERRUPTED_EXIT_CODE, RESUME_EXIT_CODE, describe_returncode, format_command
 from sfx_runner.run_description import ExperimentSpec
 from sfx_runner.state import (_read_json, atomic_write_json, experiment_finished, log_path, read_state, runner_dir,
                               write_state)
@@ -289,7 +291,11 @@ class ExperimentJob:
             pass  # short waits: signal handlers run in this thread between them
         rc = self._proc.returncode
         stopped = self._sigterm_at is not None or self._warned_at is not None
-        outcome = trainer_outcome(rc, stopped)
+        # several ranks: a trainer that ends interrupted though this task sent it no signal was stopped by another
+        # rank's stop (every rank ends with the most urgent status any rank wanted, sfx.engine.supervision): Slurm's
+        # warning signal reached that rank's task first, and reaches this one in a moment
+        by_peer = task.count > 1 and rc == INTERRUPTED_EXIT_CODE and not stopped
+        outcome = "stopped" if by_peer else trainer_outcome(rc, stopped)
         self._record(outcome, rc)
         if rc == 0:
             if task.is_main:
@@ -297,11 +303,15 @@ class ExperimentJob:
             return result if task.count > 1 else {**result, "attempts": attempt}
         if self._sigterm_at is not None:
             self._after_sigterm(job_id, rc, log)
-        if self._warned_at is not None:  # a task k > 0: task 0 requeues the job (submitit, checkpoint())
-            _append(log, f"[runner] slurm job {job_id}{task.describe()}: warning signal, trainer stopped (exit code "
+        if self._warned_at is not None or (by_peer and not task.is_main):
+            # a task k > 0: task 0 requeues the job (submitit, checkpoint()), which ends this task
+            why = "warning signal" if self._warned_at is not None else "another rank's stop"
+            _append(log, f"[runner] slurm job {job_id}{task.describe()}: {why}, trainer stopped (exit code "
                          f"{rc}); task 0 requeues the job")
             self._wait_for_the_end(max(self.rank_grace_sec, self.stop_timeout_sec + 60))
             raise SystemExit(128 + signal.SIGTERM)
+        if by_peer:
+            self._await_the_warning(job_id, rc, log)
         # from here on this task decides: a warning now must not requeue the job on top of that
         signal.signal(_preemption_signal(), signal.SIG_IGN)
         if task.is_main:
@@ -329,6 +339,21 @@ class ExperimentJob:
         write_state(spec, state="failed", returncode=rc, failed_task=0)
         raise ExperimentFailed(f"experiment {spec.name} exited with code {rc}; last lines of {log}:\n"
                                + "\n".join(tail_lines(log)))
+
+    def _await_the_warning(self, job_id: str | None, rc: int, log: Path) -> None:
+        """Task 0, its trainer stopped by another rank's stop: Slurm's warning signal reached another task
+        first. Wait for it here, where submitit's handler still runs :meth:`checkpoint` (which requeues the
+        job and exits); if it does not come (another rank was stopped by hand), the experiment is
+        interrupted, and starting the run again resumes it. Never returns."""
+        _append(log, f"[runner] slurm job {job_id}: the trainer ended at another rank's stop (exit code {rc}); "
+                     f"waiting up to {self.stop_timeout_sec:.0f} s for the warning signal, to requeue the job")
+        deadline = time.time() + self.stop_timeout_sec
+        while time.time() < deadline and self._sigterm_at is None:
+            time.sleep(0.2)  # signal handlers run in this thread between the sleeps
+        write_state(self.spec, state="interrupted", returncode=rc)
+        _append(log, f"[runner] slurm job {job_id}: no warning signal came; the experiment is interrupted "
+                     f"(run the same command again to resume it from its checkpoint)")
+        raise SystemExit(128 + signal.SIGTERM)
 
     def _requeue_or_fail(self, job_id: str | None, rc: int, why: str, log: Path) -> None:
         """Requeue this job with ``scontrol requeue`` (every task starts again and resumes from rank 0's

@@ -214,3 +214,39 @@ def test_without_an_agent_kill_9_of_rank_1_ends_rank_0_with_the_resume_me_code(t
     assert steps, "rank 0's checkpoints are gone"
     status = (tmp_path / "lost" / "status.json").read_text()
     assert '"rank_lost"' in status
+
+
+def test_ctrl_c_on_one_rank_ends_every_rank_interrupted_and_none_calls_the_training_done(tmp_path):
+    """SIGINT to rank 1 alone (as when Slurm's warning signal reaches task 1 before task 0): the ranks stop at
+    one agreed iteration and every rank ends "interrupted" (exit code 130). Rank 0, whose own rules never
+    fired, used to end "done" and mark the unfinished training finished (a requeued job then did nothing)."""
+    import json
+
+    procs = _hand_ranks(tmp_path, "ctrlc", [[], []], ["--train_for_env_steps=1000000000", "--report_every_sec=1",
+                                                       "--distributed_timeout_sec=20"], 27000 + os.getpid() % 1000)
+    exp = tmp_path / "ctrlc"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                if json.loads((exp / "status.json").read_text())["env_steps"] >= 5000:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.2)
+        os.killpg(procs[1].pid, signal.SIGINT)  # rank 1 and its workers, as a terminal's Ctrl+C would
+        outs = [p.communicate(timeout=90) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    logs = [(exp / "sf_log.txt").read_text(), (exp / "rank_1" / "sf_log.txt").read_text()]
+    assert [p.returncode for p in procs] == [130, 130], (outs, logs[0][-3000:])
+    assert "SIGINT received: stopping" in logs[1] and "SIGINT received" not in logs[0]
+    agreed = re.search(r"every rank's learner agreed to stop at ([\d,]+) env steps \(all ranks\) with equal weights, "
+                       r"as another rank's stop wanted \(interrupted\)", logs[0])
+    assert agreed, logs[0][-3000:]
+    steps = int(agreed.group(1).replace(",", ""))
+    assert not (exp / "done").exists()
+    assert json.loads((exp / "status.json").read_text())["status"] == "interrupted"
+    assert _checkpoint_steps(exp / "checkpoint_p0")[-1] == steps > 0  # rank 0's final checkpoint: the agreed step

@@ -62,3 +62,39 @@ def test_a_stop_nobody_answers_is_a_lost_rank_unless_the_user_stopped():
     rules.stop = Stop("interrupted")
     agreement.check(1001.0)
     assert agreement.check(1012.0).status == "interrupted"
+
+
+def test_every_rank_ends_with_the_most_urgent_status_any_rank_wanted():
+    """The learners' vote keeps the most urgent status (sfx.engine.protocol.STOP_STATUSES): a rank whose rules
+    never fired, or said "done", ends "interrupted" when another rank was stopped by Ctrl+C or a warning."""
+    from sfx.engine.protocol import RANKS_STOPPED, STOP_LEARNING
+    from sfx.engine.supervision import Stop
+
+    def agreed(status):
+        return [(RANKS_STOPPED, 0, {"env_steps": 20480, "weights_match": True, "status": status})]
+
+    agreement, _, control = _agreement(ready=True)
+    assert agreement.check(1001.0) is None and not control.items
+    agreement.handle(agreed("interrupted"))
+    stop = agreement.check(1002.0)
+    assert stop.status == "interrupted"
+    assert stop.message == ("every rank's learner agreed to stop at 20,480 env steps (all ranks) with equal weights, "
+                            "as another rank's stop wanted (interrupted)")
+    # this rank's episodes reached --stop_at_reward as another rank was interrupted: interrupted (it resumes)
+    agreement, rules, control = _agreement(ready=True)
+    rules.stop = Stop("done")
+    assert agreement.check(1001.0) is None and control.items == [(STOP_LEARNING, "done")]
+    agreement.handle(agreed("interrupted"))
+    assert agreement.check(1002.0).status == "interrupted"
+    # this rank's own stop, the one agreed: no word about another rank
+    agreement, rules, control = _agreement(ready=True)
+    rules.stop = Stop("interrupted")
+    agreement.check(1001.0)
+    assert control.items == [(STOP_LEARNING, "interrupted")]
+    agreement.handle(agreed("interrupted"))
+    stop = agreement.check(1002.0)
+    assert stop.status == "interrupted" and stop.message.endswith("with equal weights")
+    # another rank's "done" (its reward target) ends this rank done too
+    agreement, _, _ = _agreement(ready=True)
+    agreement.handle(agreed("done"))
+    assert agreement.check(1001.0).status == "done"

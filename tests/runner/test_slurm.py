@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -714,6 +715,65 @@ def test_task_1_whose_rank_was_lost_asks_for_the_requeue_when_task_0_does_not(tm
     assert slurm.read_task_records(spec)[1]["outcome"] == "resume"
 
 
+def test_task_1_whose_rank_another_rank_stopped_waits_for_the_requeue(tmp_path, monkeypatch):
+    """Task 0's warning signal came first: its rank voted to stop, so rank 1 ended interrupted (130) before
+    task 1's own signal. Not a failure (which would make srun end task 0 in the middle of its requeue): task 1
+    records "stopped" and waits for the requeue's SIGTERM."""
+    job, spec = _job(tmp_path, EXITS_WITH, wait_after_sigterm_sec=0.5)
+    log = slurm.task_log_path(spec, 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(REPO), SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_PROCID="1",
+               SLURM_STEP_NUM_TASKS="2", SLURM_LOCALID="1", EXIT_CODE="130")
+    wrapper = _run_pickled_job(tmp_path, job, env)
+    wait_for(lambda: "task 0 requeues the job" in (log.read_text() if log.exists() else ""), 30,
+             "the trainer to end")
+    assert wrapper.poll() is None  # waiting for Slurm to end the job
+    assert slurm.read_task_records(spec)[1]["outcome"] == "stopped"
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM, wrapper.stderr.read()
+    assert "another rank's stop, trainer stopped (exit code 130); task 0 requeues the job" in log.read_text()
+    assert read_state(spec) is None
+
+
+def test_task_0_whose_rank_another_rank_stopped_requeues_when_its_warning_comes(tmp_path, monkeypatch):
+    """Task 1's warning signal came first: rank 0 ended interrupted (130) before task 0's own signal. Task 0
+    waits for it, and submitit's handler (here a stand-in that calls checkpoint() and exits, as submitit's
+    does) requeues the job; when no signal comes (another rank stopped by hand), the experiment is
+    interrupted, resumable, not failed."""
+    pytest.importorskip("submitit")
+    as_task(monkeypatch, 0, 2)
+    monkeypatch.setenv("EXIT_CODE", "130")
+    job, spec = _job(tmp_path, EXITS_WITH)
+    write_record(spec, 1, "stopped", 130)  # task 1 stopped its rank on its warning signal
+    requeued = []
+
+    def submitits_handler(signum, frame):
+        requeued.append(job.checkpoint())
+        raise SystemExit(-1)
+
+    old = signal.signal(signal.SIGUSR2, submitits_handler)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR2))
+    try:
+        timer.start()
+        with pytest.raises(SystemExit) as stop:
+            job()
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR2, old)
+    assert stop.value.code == -1 and requeued and requeued[0] is not None
+    log = log_path(spec).read_text()
+    assert "the trainer ended at another rank's stop (exit code 130); waiting up to 5 s for the warning" in log
+    assert "warning signal, trainer stopped (exit code 130); the job is requeued and resumes" in log
+    assert read_state(spec)["state"] == "queued"
+    # no signal within the wait: interrupted (the same command resumes it), not failed
+    t0 = time.time()
+    with pytest.raises(SystemExit) as stop:
+        job()
+    assert stop.value.code == 128 + signal.SIGTERM and time.time() - t0 >= 5
+    assert (read_state(spec)["state"], read_state(spec)["returncode"]) == ("interrupted", 130)
+    assert "no warning signal came; the experiment is interrupted" in log_path(spec).read_text()
+
+
 def test_task_0_checkpoint_counts_a_requeue_asked_for_by_a_lost_rank(tmp_path, monkeypatch):
     """The warning signal that task 1 sent: task 0's checkpoint() requeues, counted, and refuses once the
     requeues are used up (submitit then ends the job)."""
@@ -1155,9 +1215,14 @@ def test_a_lost_rank_requeues_the_job_which_resumes_from_rank_0s_checkpoint(slur
 
 @pytest.mark.slow
 def test_warning_signal_stops_every_rank_and_requeues_the_two_task_job(slurm_cluster, tmp_path):
-    """The warning signal (time limit, preemption) on a 2-task job: each task stops its own rank with
-    SIGINT, the ranks agree to stop, rank 0 saves the checkpoint, task 0 requeues the job through
-    submitit (not counted as a lost rank), both ranks resume from the checkpoint and finish."""
+    """The warning signal (time limit, preemption) on a 2-task job, reaching task 1 first (Slurm signals
+    the tasks one by one; a CI run saw task 0's come after its trainer had ended): task 1 stops rank 1 with
+    SIGINT, the ranks agree to stop, every rank ends interrupted (rank 0, whose own rules never fired, used to
+    end "done" and mark the unfinished experiment finished), rank 0 saves the checkpoint; task 0 waits for
+    its own signal, on which submitit's handler requeues the job (not counted as a lost rank); both ranks
+    resume from the checkpoint and finish."""
+    import psutil
+
     run_file = write_run(tmp_path, f"""
         RUN_DESCRIPTION = RunDescription("warn", [Experiment("cp", {RANKS_TRAIN + " --train_for_env_steps=120000 --report_every_sec=1"!r})])
     """)
@@ -1169,27 +1234,28 @@ def test_warning_signal_stops_every_rank_and_requeues_the_two_task_job(slurm_clu
                                 cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # status.json every second (--report_every_sec=1): with the default 5 s the first progress seen was
-        # 50k of the 120k env steps here, and a CI run was past 120k before the signal came (1 attempt)
+        # 50k of the 120k env steps here
         wait_for(lambda: env_steps(spec) >= 10000, 150, "the ranks to make progress", spec=spec)
         job_id = read_state(spec)["job_id"]
+        # task 1 (the parent of rank 1's trainer) first, then, once rank 0 has ended, the whole job
+        os.kill(psutil.Process(slurm.read_task_records(spec)[1]["pid"]).ppid(), signal.SIGUSR2)
+        wait_for(lambda: "the trainer ended at another rank's stop (exit code 130)" in read_log(spec), 60,
+                 "rank 0 to end at rank 1's stop", spec=spec)
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
         out, _ = launcher.communicate(timeout=240)
     finally:
         launcher.kill()
     assert launcher.returncode == 0, out + read_log(spec)[-3000:]
-    assert f"{spec.name}: finished (job {job_id}: COMPLETED, 2 attempt(s))" in out
+    assert f"{spec.name}: finished (job {job_id}: COMPLETED, 2 attempt(s))" in out, out + read_log(spec)[-3000:]
     log = read_log(spec)
     assert "warning signal, trainer stopped (exit code 130); the job is requeued and resumes" in log
     stopped_at = int(INTERRUPTED_RE.search(log).group(1).replace(",", ""))
     assert 0 < stopped_at == int(RESUMED_RE.search(log).group(1)) < 120000
-    # rank 1 is stopped by its own task's SIGINT, or by rank 0's vote when that (tens of ms) beats Slurm's
-    # delivery of the signal to task 1 (2 of 5 runs here): then at the same agreed step, the weights equal
+    assert (f"every rank's learner agreed to stop at {stopped_at:,} env steps (all ranks) with equal weights, as "
+            f"another rank's stop wanted (interrupted)") in log
     rank1_log = (spec.exp_dir / "rank_1" / "sf_log.txt").read_text()
-    if "SIGINT received: stopping" in rank1_log:
-        assert "task 1 of 2: warning signal, trainer stopped" in slurm.task_log_path(spec, 1).read_text()
-    else:
-        assert f"every rank's learner agreed to stop at {stopped_at:,} env steps (all ranks) with equal weights" \
-            in rank1_log
+    assert "SIGINT received: stopping" in rank1_log
+    assert "task 1 of 2: warning signal, trainer stopped" in slurm.task_log_path(spec, 1).read_text()
     state = read_state(spec)
     assert (state["state"], state["attempts"], state["requeues"], state["restarts"]) == ("finished", 2, 0, 1)
     assert int((spec.exp_dir / "done").read_text().split("=")[1]) >= 120000
