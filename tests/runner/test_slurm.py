@@ -751,14 +751,22 @@ def test_task_0_whose_rank_another_rank_stopped_requeues_when_its_warning_comes(
         requeued.append(job.checkpoint())
         raise SystemExit(-1)
 
+    def signal_once_task_0_waits():  # the signal comes after the trainer ended, however slowly it starts
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if "waiting up to" in (log_path(spec).read_text() if log_path(spec).exists() else ""):
+                os.kill(os.getpid(), signal.SIGUSR2)
+                return
+            time.sleep(0.05)
+
     old = signal.signal(signal.SIGUSR2, submitits_handler)
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR2))
+    sender = threading.Thread(target=signal_once_task_0_waits, daemon=True)
     try:
-        timer.start()
+        sender.start()
         with pytest.raises(SystemExit) as stop:
             job()
     finally:
-        timer.cancel()
+        sender.join(timeout=30)
         signal.signal(signal.SIGUSR2, old)
     assert stop.value.code == -1 and requeued and requeued[0] is not None
     log = log_path(spec).read_text()
