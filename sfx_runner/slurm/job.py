@@ -347,9 +347,7 @@ class ExperimentJob:
         interrupted, and starting the run again resumes it. Never returns."""
         _append(log, f"[runner] slurm job {job_id}: the trainer ended at another rank's stop (exit code {rc}); "
                      f"waiting up to {self.stop_timeout_sec:.0f} s for the warning signal, to requeue the job")
-        deadline = time.time() + self.stop_timeout_sec
-        while time.time() < deadline and self._sigterm_at is None:
-            time.sleep(0.2)  # signal handlers run in this thread between the sleeps
+        self._wait_for_the_end(self.stop_timeout_sec)  # the warning's handler runs during the sleeps
         write_state(self.spec, state="interrupted", returncode=rc)
         _append(log, f"[runner] slurm job {job_id}: no warning signal came; the experiment is interrupted "
                      f"(run the same command again to resume it from its checkpoint)")
