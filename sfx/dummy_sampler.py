@@ -330,7 +330,7 @@ def run_sampler(cfg: Any) -> dict:
     with StopRequest() as stop_request:
         rules = SamplerStopRules(cfg, runtime, reporter, stop_request, frame_budget)
         try:
-            status = run_loop(runtime, [reporter, rules], forced=lambda: stop_request.forced)
+            status = run_loop(runtime, [reporter, rules], forced=lambda: stop_request.forced).status
         except Exception:
             log.exception("dummy sampler crashed")
             raise

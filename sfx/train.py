@@ -120,9 +120,12 @@ class TrainResult:
     """What :func:`train` returns."""
 
     status: str                     # done | interrupted
+    # which rule ended it: train_for_env_steps | train_for_seconds | stop_at_reward | signal | another_rank
+    # (sfx.engine.supervision.STOP_REASONS); stop_at_reward means the target was reached, whatever `reward` says
+    stop_reason: str | None
     experiment_dir: Path            # train_dir/experiment
     env_steps: int                  # all policies' env steps (frames) at the end
-    reward: float                   # policy 0's mean episode reward over its last --stats_avg episodes
+    reward: float                   # policy 0's mean episode reward over its last --stats_avg episodes at the end
     checkpoint: Path | None         # policy 0's newest checkpoint
     cfg: Any = field(repr=False, default=None)     # the cfg it ran with
     stats: dict = field(repr=False, default_factory=dict)  # run_training's whole result (per policy: lists)
@@ -150,7 +153,8 @@ def train(env: str, experiment: str, **flags: Any) -> TrainResult:
     cfg = parse_for_training(argv)
     stats = run_training(cfg)
     checkpoints = list_checkpoints(checkpoint_dir(cfg, 0))
-    result = TrainResult(status=stats["status"], experiment_dir=experiment_dir(cfg), env_steps=stats["env_steps"],
+    result = TrainResult(status=stats["status"], stop_reason=stats.get("stop_reason"),
+                         experiment_dir=experiment_dir(cfg), env_steps=stats["env_steps"],
                          reward=stats["reward"][0], checkpoint=checkpoints[0] if checkpoints else None,
                          cfg=cfg, stats=stats)
     if stats["status"] in ("failed", "rank_lost"):

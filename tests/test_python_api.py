@@ -14,7 +14,7 @@ def test_train_then_evaluate_from_python(tmp_path):
     import sfx
 
     result = sfx.train(env="gym_CartPole-v1", experiment="api", train_dir=str(tmp_path), **SMALL)
-    assert result.status == "done"
+    assert (result.status, result.stop_reason) == ("done", "train_for_env_steps")
     assert result.experiment_dir == tmp_path / "api" and (result.experiment_dir / "done").exists()
     assert result.env_steps >= 1000
     assert result.reward == pytest.approx(result.stats["reward"][0]) and result.reward > 0

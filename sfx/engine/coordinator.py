@@ -90,11 +90,10 @@ def rank_cfg(cfg: Any, ranks: Any) -> Any:
 RANK_SEED_STRIDE = 1_000_003
 
 
-def run_loop(runtime: Any, parts: list, stop_timeout_sec: float = 30.0, forced=lambda: False) -> str:
+def run_loop(runtime: Any, parts: list, stop_timeout_sec: float = 30.0, forced=lambda: False) -> Stop:
     """Start the runtime, then turn: every report to every part (``handle``), then every part's
     ``check(now)`` until one returns a :class:`~sfx.engine.supervision.Stop`; stop the runtime (the
-    components' last reports still reach the parts). Returns the status."""
-    status = "failed"
+    components' last reports still reach the parts). Returns that Stop."""
 
     def handle(reports: list) -> None:
         for part in parts:
@@ -112,11 +111,9 @@ def run_loop(runtime: Any, parts: list, stop_timeout_sec: float = 30.0, forced=l
             if stop is not None:
                 if stop.message:
                     log.log(stop.level, stop.message)
-                status = stop.status
                 break
     except Exception:
         log.error("coordinator crashed:\n%s", traceback.format_exc())
-        status = "failed"
         raise
     finally:
         timeout = 5.0 if forced() else stop_timeout_sec
@@ -126,7 +123,7 @@ def run_loop(runtime: Any, parts: list, stop_timeout_sec: float = 30.0, forced=l
         watchdog.start()
         runtime.stop(handle, timeout_sec=timeout)
         watchdog.cancel()
-    return status
+    return stop
 
 
 class ObserversPart:
@@ -157,10 +154,13 @@ class ObserversPart:
 def run_training(cfg: Any) -> dict:
     """Train until ``train_for_env_steps`` or ``train_for_seconds``, or until interrupted.
 
-    Returns ``{'status': 'done'|'interrupted'|'failed', 'env_steps', 'elapsed_sec',
+    Returns ``{'status': 'done'|'interrupted'|'failed', 'stop_reason', 'env_steps', 'elapsed_sec',
     'samples_per_sec', 'fps', 'reward', 'train_step', 'train_stats'}`` (the last three per
-    policy), and with an evaluator ``'evaluations'`` (each result, in order) and ``'evaluations_skipped'``
-    (per policy). ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
+    policy; ``stop_reason``: which rule ended it, one of :data:`~sfx.engine.supervision.STOP_REASONS`, None
+    for a failure; ``reward`` is the average at the end, which also counts the episodes that ended while
+    the run stopped, so after ``stop_at_reward`` it can be a little below the target), and with an
+    evaluator ``'evaluations'`` (each result, in order) and ``'evaluations_skipped'`` (per policy).
+    ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
     (samples x ``--env_frameskip``), both over the whole session.
     """
     from sfx.errors import ConfigError
@@ -233,17 +233,19 @@ def run_training(cfg: Any) -> dict:
         if evaluation is not None:
             parts.insert(3, evaluation)
         try:
-            status = run_loop(runtime, parts, forced=lambda: stop_request.forced)
+            stop = run_loop(runtime, parts, forced=lambda: stop_request.forced)
+            status = stop.status
         finally:
             reporter.close()
             if meeting is not None:
                 meeting.close()  # rank 0's store (when it serves it) lives until here: its learner is done
 
     result = reporter.result(status)
+    result["stop_reason"] = stop.reason
     if evaluation is not None:
         result["evaluations"] = evaluation.results
         result["evaluations_skipped"] = list(evaluation.skipped)
-    reporter.write_status(status, time.time())
+    reporter.write_status(status, time.time(), stop_reason=stop.reason)
     if status == "done":
         try:
             done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")

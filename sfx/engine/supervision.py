@@ -22,6 +22,14 @@ class Stop(NamedTuple):
     status: str              # "done" | "interrupted" | "failed" | "rank_lost" (another rank is gone: start again)
     message: str | None = None
     level: int = logging.INFO
+    # which rule ended a training that was not failing (one of STOP_REASONS); None for failures (the message
+    # says what failed)
+    reason: str | None = None
+
+
+# why a training ended, in run_training's result (``stop_reason``) and status.json: the flag whose budget or
+# target was reached, a signal (Ctrl+C, SIGTERM), or, with several ranks, another rank's stop
+STOP_REASONS = ("train_for_env_steps", "train_for_seconds", "stop_at_reward", "signal", "another_rank")
 
 
 # an env "keeps crashing" once this many of its steps raised and crashes outnumber finished episodes: a
@@ -222,15 +230,17 @@ class TrainingStopRules:
     def check(self, now: float) -> Stop | None:
         cfg = self.cfg
         if self.stop_request.requested:
-            return Stop("interrupted", f"{self.stop_request.requested} received: stopping, saving a final checkpoint")
+            return Stop("interrupted", f"{self.stop_request.requested} received: stopping, saving a final checkpoint",
+                        reason="signal")
         if self.reporter.all_learners_ready and self.reporter.env_steps() >= cfg.train_for_env_steps:
-            return Stop("done")
+            return Stop("done", reason="train_for_env_steps")
         if now - self.start >= cfg.train_for_seconds:
-            return Stop("done")
+            return Stop("done", reason="train_for_seconds")
         reached = reward_target_reached(self.reporter.policies, cfg.stop_at_reward, cfg.stats_avg)
         if reached:
             return Stop("done", f"policy {reached[0]}: average reward {reached[1]:.2f} over its last {cfg.stats_avg} "
-                                f"episodes reached --stop_at_reward={cfg.stop_at_reward:g}: done")
+                                f"episodes reached --stop_at_reward={cfg.stop_at_reward:g}: done",
+                        reason="stop_at_reward")
         return None
 
 
@@ -281,7 +291,8 @@ class RankAgreement:
             mine = self.wanted.status if self.wanted is not None else None
             whose = "" if status == mine else f", as another rank's stop wanted ({status})"
             return Stop(status, f"every rank's learner agreed to stop at {self.agreed['env_steps']:,} env steps "
-                                f"(all ranks) with equal weights{whose}")
+                                f"(all ranks) with equal weights{whose}",
+                        reason=self.wanted.reason if status == mine else "another_rank")
         if self.wanted is None and not self.learners_ready() \
                 and now - self.start > self.cfg.distributed_timeout_sec + JOIN_GRACE_SEC:
             # a learner stuck joining the group (a peer that never connects) has no heartbeat deadline
@@ -301,11 +312,13 @@ class RankAgreement:
                 put_or_raise(q, [(STOP_LEARNING, wanted.status)], "the learner's control queue")
             return None
         if self.stop_request.forced:
-            return Stop(self.wanted.status, "second Ctrl+C: stopping this rank without waiting for the others")
+            return Stop(self.wanted.status, "second Ctrl+C: stopping this rank without waiting for the others",
+                        reason=self.wanted.reason)
         if now - self.asked_at > self.cfg.distributed_timeout_sec:
             # a rank that never votes is dead or hung: unless the user stopped the run, it must start again
             status = self.wanted.status if self.wanted.status == "interrupted" else "rank_lost"
             return Stop(status, f"the learners of the other ranks did not agree to stop within "
                                 f"{self.cfg.distributed_timeout_sec:.0f} s (--distributed_timeout_sec): another rank "
-                                f"is dead or hung; stopping this rank", logging.WARNING)
+                                f"is dead or hung; stopping this rank", logging.WARNING,
+                        reason=self.wanted.reason if status == "interrupted" else None)
         return None

@@ -21,7 +21,7 @@ def test_cartpole_reaches_400_with_the_readme_command_line(tmp_path):
                       "--eval_every_env_steps=20000", "--eval_episodes=5"], resume=False)
     result = run_training(cfg)
     stats = result["train_stats"][0]
-    assert reached_stop_reward(cfg, result), (result["reward"], result["env_steps"])
+    assert reached_stop_reward(result), (result["reward"], result["env_steps"])
     # epsilons are stored as float32: the ladder's largest is float32(0.4)
     assert stats["replay/fill"] > 0 and stats["burn_in_fraction"] > 0.9
     assert 0 < stats["epsilon/min"] <= torch.tensor(0.4).item()

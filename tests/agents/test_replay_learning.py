@@ -24,6 +24,6 @@ def test_cartpole_reaches_400_with_replay(tmp_path, mix):
                       experiment_summaries_interval=2, stop_at_reward=400, replay_parameters=json.dumps(MIXES[mix]))
     result = run_training(cfg)
     stats = result["train_stats"][0]
-    assert reached_stop_reward(cfg, result), (result["reward"], result["env_steps"])
+    assert reached_stop_reward(result), (result["reward"], result["env_steps"])
     kind = "standard" if mix == "standard" else "custom"
     assert stats["replay/fresh_share"] == 0.5 and stats[f"replay/1_{kind}/fill"] > 0

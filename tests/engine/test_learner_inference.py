@@ -88,4 +88,4 @@ def test_cartpole_learns_with_inference_on_the_learner(tmp_path):
                       stop_at_reward=200.0)
     result = run_training(cfg)
     # judged by the stop rule: the final average also counts episodes that ended while the run stopped
-    assert reached_stop_reward(cfg, result), result["reward"]
+    assert reached_stop_reward(result), result["reward"]

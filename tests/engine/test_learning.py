@@ -10,14 +10,11 @@ from sfx.engine import run_training
 from sfx.experiment import summary_dir
 
 
-def reached_stop_reward(cfg, result) -> bool:
+def reached_stop_reward(result) -> bool:
     """Whether the run ended because its average over the last ``--stats_avg`` episodes reached
     ``--stop_at_reward`` (the final average, which also counts episodes that ended while the run stopped,
-    can be a little lower: run_training's ``reward`` is not the test)."""
-    from sfx.experiment import experiment_dir
-
-    log = (experiment_dir(cfg) / "sf_log.txt").read_text()
-    return result["status"] == "done" and f"reached --stop_at_reward={cfg.stop_at_reward:g}" in log
+    can be a little lower: run_training's ``reward`` is not the test, its ``stop_reason`` is)."""
+    return result["status"] == "done" and result["stop_reason"] == "stop_at_reward"
 
 
 def reward_curve(cfg) -> list[tuple[int, float]]:
@@ -45,7 +42,7 @@ def test_cartpole_reaches_400(tmp_path, serial_mode):
           f"{result['env_steps']} env steps in {elapsed:.0f} s ({result['samples_per_sec']:.0f} samples/s)")
     assert result["status"] == "done"
     assert elapsed < 180
-    assert best >= 400 or reached_stop_reward(cfg, result), curve
+    assert best >= 400 or reached_stop_reward(result), curve
 
 
 def make_cartpole_in_millimetres(full_env_name, cfg, env_config, render_mode=None):
@@ -85,7 +82,7 @@ def test_large_observations_learn_with_the_default_input_normalization(tmp_path)
             results.append(result)
             print(f"cartpole in mm, seed {seed}: {result['env_steps']} env steps in {time.time() - start:.0f} s, "
                   f"reward {result['reward'][0]:.1f}")
-            if reached_stop_reward(cfg, result):
+            if reached_stop_reward(result):
                 return
             print(f"seed {seed} did not reach 400; its last learner statistics: {result['train_stats'][0]}")
     finally:
@@ -117,7 +114,7 @@ def test_acrobot_leaves_minus_500_with_the_defaults_and_the_main_job_settings(tm
         print(f"acrobot seed {seed}: {result['env_steps']} env steps in {time.time() - start:.0f} s, "
               f"reward {result['reward'][0]:.1f}")
         assert result["status"] == "done"
-        if reached_stop_reward(cfg, result):
+        if reached_stop_reward(result):
             return
         print(f"acrobot seed {seed} did not learn; its last learner statistics: {result['train_stats'][0]}")
     raise AssertionError(f"Acrobot stayed below -150 with two seeds: {results}")

@@ -248,5 +248,8 @@ def test_ctrl_c_on_one_rank_ends_every_rank_interrupted_and_none_calls_the_train
     assert agreed, logs[0][-3000:]
     steps = int(agreed.group(1).replace(",", ""))
     assert not (exp / "done").exists()
-    assert json.loads((exp / "status.json").read_text())["status"] == "interrupted"
+    status = json.loads((exp / "status.json").read_text())
+    assert (status["status"], status["stop_reason"]) == ("interrupted", "another_rank")
+    rank1 = json.loads((exp / "rank_1" / "status.json").read_text())
+    assert (rank1["status"], rank1["stop_reason"]) == ("interrupted", "signal")
     assert _checkpoint_steps(exp / "checkpoint_p0")[-1] == steps > 0  # rank 0's final checkpoint: the agreed step

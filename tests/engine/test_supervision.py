@@ -77,24 +77,26 @@ def test_every_rank_ends_with_the_most_urgent_status_any_rank_wanted():
     assert agreement.check(1001.0) is None and not control.items
     agreement.handle(agreed("interrupted"))
     stop = agreement.check(1002.0)
-    assert stop.status == "interrupted"
+    assert (stop.status, stop.reason) == ("interrupted", "another_rank")
     assert stop.message == ("every rank's learner agreed to stop at 20,480 env steps (all ranks) with equal weights, "
                             "as another rank's stop wanted (interrupted)")
     # this rank's episodes reached --stop_at_reward as another rank was interrupted: interrupted (it resumes)
     agreement, rules, control = _agreement(ready=True)
-    rules.stop = Stop("done")
+    rules.stop = Stop("done", reason="stop_at_reward")
     assert agreement.check(1001.0) is None and control.items == [(STOP_LEARNING, "done")]
     agreement.handle(agreed("interrupted"))
-    assert agreement.check(1002.0).status == "interrupted"
+    stop = agreement.check(1002.0)
+    assert (stop.status, stop.reason) == ("interrupted", "another_rank")
     # this rank's own stop, the one agreed: no word about another rank
     agreement, rules, control = _agreement(ready=True)
-    rules.stop = Stop("interrupted")
+    rules.stop = Stop("interrupted", reason="signal")
     agreement.check(1001.0)
     assert control.items == [(STOP_LEARNING, "interrupted")]
     agreement.handle(agreed("interrupted"))
     stop = agreement.check(1002.0)
-    assert stop.status == "interrupted" and stop.message.endswith("with equal weights")
+    assert (stop.status, stop.reason) == ("interrupted", "signal") and stop.message.endswith("with equal weights")
     # another rank's "done" (its reward target) ends this rank done too
     agreement, _, _ = _agreement(ready=True)
     agreement.handle(agreed("done"))
-    assert agreement.check(1001.0).status == "done"
+    stop = agreement.check(1001.0)
+    assert (stop.status, stop.reason) == ("done", "another_rank")

@@ -1,6 +1,7 @@
 """End-to-end tests of the engine on CartPole: serial and asynchronous runs, the experiment
 folder, policy lag, throttling, Ctrl+C and resume."""
 
+import json
 import os
 import signal
 import subprocess
@@ -63,9 +64,10 @@ def test_gpu_fallback_is_said_once_per_run(tmp_path):
 def test_serial_run_fills_the_experiment_folder(tmp_path):
     cfg = small_cfg(tmp_path, serial_mode=True)
     result = run_training(cfg)
-    assert result["status"] == "done"
+    assert (result["status"], result["stop_reason"]) == ("done", "train_for_env_steps")
     assert result["env_steps"] >= 3000
     exp = tmp_path / "t"
+    assert json.loads((exp / "status.json").read_text())["stop_reason"] == "train_for_env_steps"
     assert (exp / "cfg.json").is_file()
     assert (exp / "done").is_file()
     assert "training done" in (exp / "sf_log.txt").read_text()
@@ -77,10 +79,11 @@ def test_stop_at_reward_ends_the_run_as_done(tmp_path):
     # a random CartPole policy scores about 22 per episode: 10 is reached by the first 5 episodes
     cfg = small_cfg(tmp_path, serial_mode=True, train_for_env_steps=10_000_000, stop_at_reward=10.0, stats_avg=5)
     result = run_training(cfg)
-    assert result["status"] == "done"
+    assert (result["status"], result["stop_reason"]) == ("done", "stop_at_reward")
     assert result["env_steps"] < 100_000
     assert (tmp_path / "t" / "done").is_file()
     assert "reached --stop_at_reward=10: done" in (tmp_path / "t" / "sf_log.txt").read_text()
+    assert json.loads((tmp_path / "t" / "status.json").read_text())["stop_reason"] == "stop_at_reward"
 
 
 TRXL = dict(rnn_type="trxl", mem_len=12, n_layer=2, n_heads=2, d_head=8, d_inner=32)
@@ -337,6 +340,8 @@ def test_stop_signal_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, h
     _, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, f"processes left behind: {alive}"
     assert shm_segments() - before == set()
+    status = json.loads((tmp_path / "resume" / "status.json").read_text())
+    assert (status["status"], status["stop_reason"]) == ("interrupted", "signal")
     ckpts = sorted((tmp_path / "resume" / "checkpoint_p0").glob("checkpoint_*.pth"))
     assert ckpts
     first = torch.load(ckpts[-1], weights_only=False)
