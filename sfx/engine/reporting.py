@@ -125,8 +125,8 @@ class TrainingReporter:
 
     # ------------------------------------------------------------------ outputs
 
-    def write_status(self, state: str, now: float, **extra: Any) -> None:
-        """status.json: the state, progress, rewards and throughput, and ``extra`` (at the end, ``stop_reason``)."""
+    def write_status(self, state: str, now: float, stop_reason: str | None = None) -> None:
+        """status.json: the state, progress, rewards and throughput; at the end, which rule stopped the run."""
         from sfx.experiment import write_status
 
         rewards = [s.mean("reward") for s in self.policies]
@@ -138,8 +138,8 @@ class TrainingReporter:
             write_status(self.cfg, status=state, env_steps=self.env_steps(),
                          train_for_env_steps=self.cfg.train_for_env_steps,
                          reward=[None if r != r else r for r in rewards], elapsed_sec=now - self.start,
-                         restarts=self.counters["component_restarts"], components=self.pids(), **throughput,
-                         **extra)
+                         restarts=self.counters["component_restarts"], components=self.pids(),
+                         stop_reason=stop_reason, **throughput)
         except OSError as e:  # a full disk must not stop training; the checkpoints say the same louder
             log.warning("could not write %s: %s", "status.json", e.strerror or e)
 
