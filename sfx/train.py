@@ -153,7 +153,7 @@ def train(env: str, experiment: str, **flags: Any) -> TrainResult:
     cfg = parse_for_training(argv)
     stats = run_training(cfg)
     checkpoints = list_checkpoints(checkpoint_dir(cfg, 0))
-    result = TrainResult(status=stats["status"], stop_reason=stats.get("stop_reason"),
+    result = TrainResult(status=stats["status"], stop_reason=stats["stop_reason"],
                          experiment_dir=experiment_dir(cfg), env_steps=stats["env_steps"],
                          reward=stats["reward"][0], checkpoint=checkpoints[0] if checkpoints else None,
                          cfg=cfg, stats=stats)
