@@ -50,6 +50,8 @@ AddParamsFn = Callable[[argparse.ArgumentParser], None]
 ValidateFn = Callable[[argparse.Namespace], None]
 # a gymnasium id (``MiniGrid-MemoryS7-v0``, ``ALE/Pong-v5``) -> the env name under which a family serves it, or None
 GymIdFn = Callable[[str], "str | None"]
+# (cfg, [env_config, ...]) -> sfx.envs.vector.VectorEnv or None (see EnvFamily.make_vector_fn)
+MakeVectorFn = Callable[[Any, list], Any]
 
 
 class Composition(NamedTuple):
@@ -84,6 +86,9 @@ class EnvFamily:
     # --algo name -> {flag: default} for that agent on this family (beat the agent's own and default_overrides),
     # or env_name -> such a dict
     agent_defaults: AgentDefaults = field(default_factory=dict)
+    # (cfg, env_configs) -> a VectorEnv stepping those envs natively (e.g. EnvPool), or None to use the Python envs
+    # of make_env_fn; see sfx.envs.vector
+    make_vector_fn: "MakeVectorFn | None" = None
 
     def defaults_for(self, env_name: str) -> dict:
         """The flag defaults this family sets for ``env_name`` (a copy)."""
@@ -187,7 +192,8 @@ _families: dict[str, EnvFamily] = {}
 def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
                         default_overrides: DefaultOverrides | None = None,
                         validate_fn: ValidateFn | None = None, compose_fn: ComposeFn | None = None,
-                        gym_id_fn: GymIdFn | None = None, agent_defaults: AgentDefaults | None = None) -> None:
+                        gym_id_fn: GymIdFn | None = None, agent_defaults: AgentDefaults | None = None,
+                        make_vector_fn: "MakeVectorFn | None" = None) -> None:
     """Register (or replace) the family of envs whose names start with ``prefix``.
 
     Args:
@@ -206,6 +212,9 @@ def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddP
             defaults on this family's envs, e.g. R2D2 settings that learn a classic-control task where the
             agent's own are for Atari; they beat the agent's own and ``default_overrides``, show in ``--help``
             with where they came from, and a command line still overrides them.
+        make_vector_fn: ``(cfg, env_configs) -> VectorEnv or None``: a split's envs stepped as one native vector
+            (:mod:`sfx.envs.vector`; EnvPool for the families it serves); None from it, or no function, and the
+            split steps ``make_env_fn``'s envs one after the other.
     """
     if not prefix or not isinstance(prefix, str):
         raise ValueError(f"an env family prefix must be a non-empty string, got {prefix!r}")
@@ -214,7 +223,7 @@ def register_env_family(prefix: str, make_env_fn: MakeEnvFn, add_params_fn: AddP
     overrides = default_overrides if callable(default_overrides) else dict(default_overrides or {})
     agents = agent_defaults if callable(agent_defaults) else dict(agent_defaults or {})
     _families[prefix] = EnvFamily(prefix, make_env_fn, add_params_fn, overrides, validate_fn, compose_fn=compose_fn,
-                                  gym_id_fn=gym_id_fn, agent_defaults=agents)
+                                  gym_id_fn=gym_id_fn, agent_defaults=agents, make_vector_fn=make_vector_fn)
 
 
 def register_env(env_name: str, make_env_fn: MakeEnvFn, add_params_fn: AddParamsFn | None = None,
