@@ -42,6 +42,8 @@ PARENT_CHECK_SEC = 0.5
 CONTROL_POLL_SEC = 0.01
 # and samples its inbox's depth at most this often (sfx.engine.perf)
 DEPTH_SAMPLE_SEC = 0.1
+# what multiprocessing says of every forkserver child once the forkserver is gone (popen_forkserver.Popen.poll)
+FORKSERVER_LOST_EXITCODE = 255
 
 
 def timed_turn(component: Any, meter: perf.PerfMeter, read, control_msgs: list) -> None:
@@ -98,6 +100,29 @@ def _alive(pid: int) -> bool:
         return state not in (b"Z", b"X")
     except (OSError, IndexError):
         return True  # no /proc here: trust kill(pid, 0)
+
+
+def _start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (/proc), None when it is gone (or no /proc).
+    With the pid it names one process for good: a pid reused by another process has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
+
+
+def _helper_pid(module: Any, attribute: str) -> int | None:
+    """The pid of one of multiprocessing's helper processes of this process (the forkserver, the resource
+    tracker), None when it has none. multiprocessing keeps it in a private attribute of its singleton and offers
+    no public way to ask; a missing attribute (another Python) means: not watched."""
+    singleton = module.__dict__.get(attribute)
+    pid = singleton.__dict__.get("_pid" if attribute == "_resource_tracker" else "_forkserver_pid") \
+        if singleton is not None else None
+    return pid if isinstance(pid, int) else None
 
 
 def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t: torch.Tensor,
@@ -224,7 +249,12 @@ class ProcessRuntime:
         self.specs: dict[str, ComponentSpec] = {s.name: s for s in w.components}
         self.procs: dict[str, Any] = {}
         self.launched: dict[str, float] = {}
+        # each component's process start time (/proc): how a component whose forkserver died is still told
+        # alive or dead by its pid (see alive)
+        self.start_times: dict[str, int | None] = {}
         self.restarts: dict[str, int] = {}
+        # multiprocessing's helpers of this process that were seen dying, by pid (each said once)
+        self._helpers_lost: set[int] = set()
         self._start_checked = False  # check_start passed (the coordinator asks before cfg.json is written)
 
     def start(self) -> None:
@@ -244,6 +274,7 @@ class ProcessRuntime:
         self.launched[spec.name] = time.time()
         p.start()
         self.procs[spec.name] = p
+        self.start_times[spec.name] = _start_time(p.pid)
 
     def check_start(self) -> None:
         """ConfigError (one line) when some component's process could not be started: it would receive more
@@ -262,8 +293,65 @@ class ProcessRuntime:
     def step(self) -> list:
         return self.reports.get(timeout=0.1)
 
+    def alive(self, name: str) -> bool:
+        """Whether component ``name``'s process still runs. Not ``Process.is_alive`` alone: a forkserver child's
+        exit status comes through the forkserver's socket, and once the forkserver is gone (killed) multiprocessing
+        says every child exited with code 255 while they all run on, re-parented. So a child said dead with 255
+        is asked again by its pid and start time."""
+        p = self.procs[name]
+        if p.is_alive():
+            return True
+        return p.exitcode == FORKSERVER_LOST_EXITCODE and self._orphan_alive(name)
+
+    def _orphan_alive(self, name: str) -> bool:
+        started = self.start_times.get(name)
+        return started is not None and _start_time(self.procs[name].pid) == started
+
+    def exitcode(self, name: str) -> int | None:
+        """The exit code of a component that ended; None when it is unknown (it ended after its forkserver,
+        which alone could tell)."""
+        p = self.procs[name]
+        if p.exitcode == FORKSERVER_LOST_EXITCODE and self.start_times.get(name) is not None:
+            return None
+        return p.exitcode
+
+    def _kill(self, name: str) -> None:
+        # Process.kill does nothing once multiprocessing believes the process exited (the 255 above)
+        if self.alive(name):
+            try:
+                os.kill(self.procs[name].pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _join(self, name: str, timeout: float) -> None:
+        p = self.procs[name]
+        p.join(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while self.alive(name) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def dead_components(self) -> list[str]:
-        return [n for n, p in self.procs.items() if not p.is_alive()]
+        return [n for n in self.procs if not self.alive(n)]
+
+    def lost_helpers(self) -> list[str]:
+        """One line for each of multiprocessing's helper processes of the coordinator (the forkserver, the
+        resource tracker) found dead since the last call, each started again here: the components they started
+        or track run on (see :meth:`alive`)."""
+        from multiprocessing import forkserver, resource_tracker
+
+        helpers = (("forkserver", forkserver, "_forkserver"), ("resource tracker", resource_tracker, "_resource_tracker"))
+        # every death is seen before anything starts again: the forkserver's start starts a resource tracker too
+        lost = [(what, module, attribute, pid) for what, module, attribute in helpers
+                if (pid := _helper_pid(module, attribute)) is not None and pid not in self._helpers_lost
+                and _start_time(pid) is None]
+        lines = []
+        for what, module, attribute, pid in lost:
+            self._helpers_lost.add(pid)
+            # ensure_running reaps the dead helper and starts a new one (the forkserver: for the next restart)
+            module.__dict__[attribute].ensure_running()
+            lines.append(f"the {what} (pid {pid}) died: started a new one (pid {_helper_pid(module, attribute)}); "
+                         f"the components run on")
+        return lines
 
     def startup_limit_sec(self, timeout_sec: float) -> float:
         """How long a component may take to its first heartbeat (imports, env creation and reset, the
@@ -277,7 +365,7 @@ class ProcessRuntime:
         now = time.time() if now is None else now
         out = []
         for i, spec in enumerate(self.w.components):
-            if not spec.heartbeat_deadline or not self.procs[spec.name].is_alive():
+            if not spec.heartbeat_deadline or not self.alive(spec.name):
                 continue
             last = float(self.heartbeats[i])
             launched = self.launched[spec.name]
@@ -304,10 +392,8 @@ class ProcessRuntime:
         and the others resend what they wait for (answers to older requests are ignored);
         LockedQueueError if even a fresh queue cannot be written."""
         spec = self.specs[name]
-        old = self.procs[name]
-        if old.is_alive():
-            old.kill()
-        old.join(timeout=10)
+        self._kill(name)
+        self._join(name, timeout=10)
         given_back = give_back_slots(self.w, spec.index) if spec.holds_slots else 0
         # The dead process may have left any queue it read or wrote unusable (a lock or a condition
         # variable held forever): every request, answer, control, report and trajectory queue moves to a
@@ -326,15 +412,15 @@ class ProcessRuntime:
         """Ask everyone to stop, wait for learners' final checkpoints, then make sure all exited."""
         self.stop_flag[0] = 1
         deadline = time.time() + timeout_sec
-        for p in self.procs.values():
-            while p.is_alive() and time.time() < deadline:
+        for name, p in self.procs.items():
+            while self.alive(name) and time.time() < deadline:
                 reports_sink(self.reports.get(timeout=0.05))
                 p.join(timeout=0.05)
-        for name, p in self.procs.items():
-            if p.is_alive():
+        for name in self.procs:
+            if self.alive(name):
                 log.warning("%s did not stop in %.0f s: terminating it", name, timeout_sec)
-                p.kill()
-                p.join(timeout=5)
+                self._kill(name)
+                self._join(name, timeout=5)
         reports_sink(self.reports.get_rest())
         self.reports.close()
 
@@ -384,6 +470,9 @@ class SerialRuntime:
         return []
 
     def stalled_components(self, timeout_sec: float, now: float | None = None) -> list[str]:
+        return []
+
+    def lost_helpers(self) -> list[str]:
         return []
 
     def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:

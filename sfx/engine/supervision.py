@@ -136,6 +136,8 @@ class Supervisor:
             return self._failed(self.env_crashes.message(self.cfg))
         self.errors.clear()  # a restartable component that reported an error exits next and is restarted below
         cfg = self.cfg
+        for line in self.runtime.lost_helpers():
+            log.warning("%s", line)
         for name in self.runtime.stalled_components(cfg.heartbeat_timeout_sec, now):
             log.error("%s sent no heartbeat for more than %.0f s (--heartbeat_timeout_sec): a dump of its stacks "
                       "follows in sf_log.txt", name, cfg.heartbeat_timeout_sec)
@@ -144,11 +146,12 @@ class Supervisor:
             if failure:
                 return failure
         for name in self.runtime.dead_components():
-            code = self.runtime.procs[name].exitcode
+            code = self.runtime.exitcode(name)
+            how = f"exit code {code}" if code is not None else "exit code unknown: it ended after its forkserver"
             if not self._restartable(name):
-                return self._failed(f"stopping: {name} died (exit code {code}); its last checkpoint is kept and the "
+                return self._failed(f"stopping: {name} died ({how}); its last checkpoint is kept and the "
                                     f"same command resumes")
-            failure = self._restart_or_fail(name, f"died (exit code {code})")
+            failure = self._restart_or_fail(name, f"died ({how})")
             if failure:
                 return failure
         return None

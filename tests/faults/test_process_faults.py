@@ -372,3 +372,46 @@ def test_hanging_env_gets_its_worker_restarted(tmp_path):
     log_text = run.log()
     assert "sent no heartbeat for more than 6 s" in log_text and "in step" in log_text  # its stack, in the env
     check_finished(run, rc, err)
+
+
+def _helper_of(run: Run, marker: str) -> psutil.Process:
+    """The coordinator's multiprocessing helper whose command line has ``marker`` (``forkserver import main``,
+    ``resource_tracker import main``)."""
+    return run.wait_for(marker, lambda: next((c for c in psutil.Process(run.proc.pid).children()
+                                              if marker in " ".join(c.cmdline())), None), 30)
+
+
+@pytest.mark.fault("kill -9 of the forkserver and of the resource tracker")
+def test_killed_forkserver_and_resource_tracker_leave_the_components_running(tmp_path):
+    """Every component is a child of the forkserver, whose socket alone carried their exit status: once it was
+    killed multiprocessing said each exited with code 255, and the learner's 'death' stopped the run. Now the
+    components are still known alive by pid: none is restarted or declared dead, a new forkserver and resource
+    tracker start (one line each), a rollout worker killed afterwards is restarted through the new forkserver,
+    and the run finishes its budget with no process left (the orphaned components exit too)."""
+    shm_before = shm_segments()
+    run = Run(tmp_path, 150_000).start()  # long enough to outlast the faults at CartPole's ~7k steps/s
+    run.steps_at_least(5_000)
+    pids_before = dict(run.status()["components"])
+    forkserver = _helper_of(run, "forkserver import main")
+    tracker = _helper_of(run, "resource_tracker import main")
+    run.pids.update({forkserver.pid, tracker.pid})
+    forkserver.kill()
+    tracker.kill()
+    run.wait_for("the forkserver's line", lambda: f"the forkserver (pid {forkserver.pid}) died: started a new one"
+                 in run.log(), 30)
+    run.wait_for("the resource tracker's line", lambda: f"the resource tracker (pid {tracker.pid}) died" in run.log(), 30)
+    steps = run.status()["env_steps"]
+    run.steps_at_least(steps + 5_000)  # still training
+    assert {n: p for n, p in run.status()["components"].items()} == pids_before
+    new_forkserver = _helper_of(run, "forkserver import main")
+    run.pids.add(new_forkserver.pid)
+    assert new_forkserver.pid != forkserver.pid
+    os.kill(pids_before["rollout_worker_0"], signal.SIGKILL)
+    run.wait_for("the restart", lambda: "rollout_worker_0 died (exit code unknown: it ended after its forkserver): "
+                                        "restarted it (restart #1;" in run.log(), 30)
+    rc, err = run.finish()
+    run.status()
+    run.assert_nothing_left()
+    assert "died (exit code 255)" not in err and "learner_0 died" not in err
+    check_finished(run, rc, err)
+    assert shm_segments() <= shm_before
