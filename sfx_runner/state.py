@@ -24,12 +24,13 @@ from typing import Any
 
 from sfx_runner.run_description import ExperimentSpec
 
-STATES = ("queued", "running", "finished", "failed", "interrupted")
+# "restarting": its training died and the runner starts it again after a backoff (--experiment_restarts)
+STATES = ("queued", "running", "restarting", "finished", "failed", "interrupted")
 BACKEND_NAMES = ("processes", "slurm", "ngc")
 RUNNER_DIR_NAME = ".runner"
 
 _DEFAULTS: dict[str, Any] = {"state": "queued", "backend": None, "returncode": None, "pid": None, "job_id": None,
-                             "log": None, "attempts": 0}
+                             "log": None, "attempts": 0, "restarts": 0}
 
 
 def runner_dir(spec: ExperimentSpec) -> Path:
@@ -86,7 +87,8 @@ def write_state(spec: ExperimentSpec, **fields: Any) -> dict:
 
     Fields not given keep their previous values (defaults for a new file): ``state`` (one of
     :data:`STATES`), ``backend`` (one of :data:`BACKEND_NAMES`), ``returncode``, ``pid``, ``job_id``,
-    ``log`` (path of the experiment's log), ``attempts``; ``updated`` is set to the current unix time.
+    ``log`` (path of the experiment's log), ``attempts``, ``restarts`` (how often the runner started it again
+    after its training died), ``last_restart``; ``updated`` is set to the current unix time.
     A backend may add fields of its own.
     """
     if "state" in fields and fields["state"] not in STATES:

@@ -1,6 +1,7 @@
 """``--status``: one row per experiment, from the runner's state and the trainer's ``status.json``.
 
-States: ``finished`` (the trainer's ``done`` file), ``running``, ``queued``, ``failed``,
+States: ``finished`` (the trainer's ``done`` file), ``running``, ``queued``, ``restarting`` (its training died:
+the runner starts it again after a backoff), ``failed``,
 ``interrupted``, ``stopped`` (the runner says running but the process is gone and the experiment
 did not finish: a runner or machine that died), ``not started``.
 """
@@ -44,6 +45,8 @@ def _state_of(spec: ExperimentSpec, runner: dict | None, trainer: dict | None) -
             return "stopped"
         if state == "queued" and local and not pid_alive(runner.get("runner_pid")):
             return "not started"
+        if state == "restarting" and local and not pid_alive(runner.get("runner_pid")):
+            return "stopped"  # its runner is gone too: nobody will restart it until the run is launched again
         return state
     if trainer is not None:  # launched by hand, not by the runner
         state = _TRAINER_STATES.get(str(trainer.get("status")), str(trainer.get("status")))
@@ -57,7 +60,8 @@ def _state_of(spec: ExperimentSpec, runner: dict | None, trainer: dict | None) -
 def experiment_status(spec: ExperimentSpec) -> dict[str, Any]:
     """One experiment's row: ``experiment``, ``state``, ``env_steps``, ``train_for_env_steps``,
     ``reward`` (list, one per policy), ``fps``, ``updated`` (unix time of the newest information),
-    ``folder``, plus ``returncode``, ``backend``, ``job_id``, ``attempts``, ``log``."""
+    ``folder``, plus ``returncode``, ``backend``, ``job_id``, ``attempts``, ``restarts`` (by the runner after
+    the training died, this launch), ``log``."""
     runner = read_state(spec)
     trainer = read_trainer_status(spec)
     rewards = trainer.get("reward") if trainer else None
@@ -77,6 +81,7 @@ def experiment_status(spec: ExperimentSpec) -> dict[str, Any]:
         "backend": (runner or {}).get("backend"),
         "job_id": (runner or {}).get("job_id"),
         "attempts": (runner or {}).get("attempts"),
+        "restarts": (runner or {}).get("restarts") or 0,
         "log": str(log_path(spec)),
     }
 
@@ -107,6 +112,8 @@ def _cells(row: dict[str, Any], now: float) -> list[str]:
     state = row["state"]
     if state == "failed" and isinstance(row.get("returncode"), int):
         state = f"failed ({row['returncode']})"
+    if row.get("restarts"):
+        state += f", {row['restarts']} restart{'s' if row['restarts'] > 1 else ''}"
     steps = "-"
     if row["env_steps"] is not None:
         steps = f"{int(row['env_steps']):,}"

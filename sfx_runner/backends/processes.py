@@ -9,7 +9,15 @@
 - Each child runs in its own session (so a Ctrl+C in the terminal reaches only the runner, which
   decides what the children get), with stdout and stderr appended to
   ``<train_dir>/<run_name>/.runner/logs/<experiment>.log``.
-- A failed experiment is reported (name, exit code, last lines of its log); the others go on.
+- A failed experiment is reported (name, exit code, last lines of its log); the others go on. One whose
+  training died (a crash, a kill, a lost rank: any exit but 0, 2 = bad flags, 130 = stopped) is started again,
+  up to ``--experiment_restarts`` times, after ``--restart_backoff_sec`` doubling per restart: the trainer
+  resumes from its last checkpoint. Why here and not inside the training: the runner sees every way a
+  training ends, the coordinator's own death (SIGSEGV, the out-of-memory killer, a whole-machine stop)
+  included, which no recovery inside that process could cover; the Slurm backend does the same by
+  requeueing. Each restart is one line, in the run's state (``restarts``) and in ``--status``.
+- An experiment still running from an earlier launch (a runner killed and launched again) is watched by its
+  pid, not started twice; when it ends unfinished it is restarted like the others.
 - Ctrl+C / SIGTERM: SIGINT to every child's process group (what a terminal Ctrl+C would do to a
   training: it saves a final checkpoint and exits), up to ``--stop_timeout_sec`` to let them finish,
   then SIGKILL. A second Ctrl+C kills at once.
@@ -36,7 +44,7 @@ from typing import IO, Any
 from sfx_runner.backends.base import INTERRUPTED_EXIT_CODE, Backend, describe_returncode, format_command
 from sfx_runner.errors import RunnerError
 from sfx_runner.run_description import ExperimentSpec, RunDescription, resolve_interpreter
-from sfx_runner.state import log_path, process_runs_experiment, read_state, write_state
+from sfx_runner.state import experiment_finished, log_path, process_runs_experiment, read_state, write_state
 
 POLL_SEC = 0.2
 LOG_TAIL_LINES = 10
@@ -136,10 +144,51 @@ def log_tail(path: Path, offset: int, lines: int = LOG_TAIL_LINES) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
+# exit codes that a restart would only repeat: 2 = sfx.train's bad flags or checkpoint (ConfigError); 130 = a
+# stop someone asked for (Ctrl+C, SIGTERM), which the runner does not overrule
+NOT_RESTARTED_RETURNCODES = (2, INTERRUPTED_EXIT_CODE)
+# the backoff doubles per restart up to this
+MAX_RESTART_BACKOFF_SEC = 600.0
+
+
+class _Adopted:
+    """An experiment's process started by an earlier runner (which was killed): not our child, so it is
+    watched by its pid, with Popen's ``poll`` and ``wait``. Its exit code is unknown: once it ended,
+    ``returncode`` is 0 when the trainer wrote its done file, else :data:`UNKNOWN_RETURNCODE`."""
+
+    def __init__(self, pid: int, spec: ExperimentSpec) -> None:
+        self.pid = pid
+        self.spec = spec
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not process_runs_experiment(self.pid, self.spec):
+            self.returncode = 0 if experiment_finished(self.spec) else UNKNOWN_RETURNCODE
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(POLL_SEC)
+        return self.returncode
+
+
+# an adopted experiment that ended without its done file (its exit status went to the runner that started it)
+UNKNOWN_RETURNCODE = -1000
+
+
+def _describe(rc: int) -> str:
+    if rc == UNKNOWN_RETURNCODE:
+        return "ended unfinished, started by an earlier runner: exit code unknown"
+    return describe_returncode(rc)
+
+
 @dataclass
 class _Child:
     spec: ExperimentSpec
-    proc: subprocess.Popen
+    proc: subprocess.Popen | _Adopted
     gpu: str | None
     log: IO[bytes]
     log_offset: int
@@ -247,6 +296,13 @@ class ProcessesBackend(Backend):
                        help="with --ranks_per_experiment > 1: how often torchrun starts every rank again when "
                             "one fails (a rank killed, or exit code 75: another rank was lost); each start "
                             "resumes from rank 0's last checkpoint")
+        g.add_argument("--experiment_restarts", type=_non_negative_int, default=3,
+                       help="how often an experiment whose training died (a crash, a kill, a lost rank; not exit "
+                            "code 2 = bad flags, nor a stop someone asked for) is started again; each start resumes "
+                            "from its last checkpoint")
+        g.add_argument("--restart_backoff_sec", type=_non_negative_float, default=10.0,
+                       help="seconds before an experiment's first restart, doubled for each further one (at most "
+                            f"{MAX_RESTART_BACKOFF_SEC:.0f} s)")
         g.add_argument("--stop_timeout_sec", type=_non_negative_float, default=60.0,
                        help="on Ctrl+C / SIGTERM: seconds the experiments get to save a final checkpoint and "
                             "exit before they are killed")
@@ -260,6 +316,8 @@ class ProcessesBackend(Backend):
         self.stop_timeout_sec: float = getattr(args, "stop_timeout_sec", 60.0)
         self.ranks: int = getattr(args, "ranks_per_experiment", 1)
         self.rank_restarts: int = getattr(args, "rank_restarts", 3)
+        self.experiment_restarts: int = getattr(args, "experiment_restarts", 3)
+        self.restart_backoff_sec: float = getattr(args, "restart_backoff_sec", 10.0)
 
     def _capacity(self, gpus: list[str]) -> int:
         if gpus:
@@ -303,35 +361,49 @@ class ProcessesBackend(Backend):
         self._check_gpus_for_ranks(gpus)
         outcomes = _Outcomes()
         queue: deque[ExperimentSpec] = deque()
+        adopted: list[_Child] = []
         for spec in specs:
             previous = read_state(spec) or {}
             if previous.get("state") == "running" and previous.get("backend") == self.name \
                     and process_runs_experiment(previous.get("pid"), spec):
-                # a runner that died (or a second runner) left it running: two trainers on one folder
-                # would corrupt it, so it is left to finish
-                _say(f"{spec.name}: still running from an earlier launch (pid {previous['pid']}); not started again")
+                # a runner that died left it running: two trainers on one folder would corrupt it, so it is
+                # watched by its pid and restarted should it end unfinished
+                _say(f"{spec.name}: still running from an earlier launch (pid {previous['pid']}); not started again, "
+                     f"watched")
                 outcomes.already_running.append(spec.name)
+                adopted.append(_Child(spec, _Adopted(previous["pid"], spec), None, None, 0, time.monotonic(),
+                                      int(previous.get("attempts") or 1)))
+                write_state(spec, runner_pid=os.getpid())
                 continue
             queue.append(spec)
         for spec in queue:
+            # the restart budget is this launch's: a person launching again gives each experiment a new one
             write_state(spec, state="queued", backend=self.name, returncode=None, pid=None, job_id=None,
-                        runner_pid=os.getpid())
+                        runner_pid=os.getpid(), restarts=0)
         total = len(queue)
         _say(self._plan_line(total, gpus))
 
-        running: list[_Child] = []
+        running: list[_Child] = list(adopted)
+        # experiments waiting for their restart: (when, spec), started before the queue's
+        self.restarts_due: list[tuple[float, ExperimentSpec]] = []
         slots = _GpuSlots(gpus, self.experiments_per_gpu)
         last_launch = -float("inf")
         last_progress = ""
         with _StopSignals() as stop:
             try:
-                while queue or running:
+                while queue or running or self.restarts_due:
                     changed = self._reap(running, slots, outcomes)
                     if stop.count:
                         break
                     now = time.monotonic()
-                    if queue and len(running) < self._capacity(gpus) and now - last_launch >= self.pause_between_sec:
-                        spec = queue.popleft()
+                    due = next((r for r in self.restarts_due if r[0] <= now), None)
+                    if (due or queue) and len(running) < self._capacity(gpus) \
+                            and now - last_launch >= self.pause_between_sec:
+                        if due is not None:
+                            self.restarts_due.remove(due)
+                            spec = due[1]
+                        else:
+                            spec = queue.popleft()
                         gpu = slots.acquire_many(self.ranks)
                         child = self._start(spec, gpu)
                         last_launch, changed = now, True
@@ -353,6 +425,9 @@ class ProcessesBackend(Backend):
             if stop.count:
                 for spec in queue:
                     write_state(spec, state="queued", runner_pid=None)  # never started: "not started"
+                for _, spec in self.restarts_due:
+                    write_state(spec, state="interrupted")  # relaunch the run to resume it
+                    outcomes.interrupted.append(spec.name)
 
         return self._summary(total, outcomes, stopped_by=stop.last if stop.count else None, queued=len(queue))
 
@@ -370,7 +445,7 @@ class ProcessesBackend(Backend):
         path = log_path(spec)
         path.parent.mkdir(parents=True, exist_ok=True)
         spec.train_dir.mkdir(parents=True, exist_ok=True)
-        log = open(path, "ab")
+        log = open(path, "ab")  # noqa: SIM115 - closed when the child is reaped
         header = (f"===== [runner] {spec.name}: attempt {attempt}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
                   f"{f', GPU {gpu}' if gpu is not None else ''} =====\n$ {format_command(spec, argv, shown_env)}\n")
         log.write(("\n" if log.tell() else "").encode() + header.encode())
@@ -400,9 +475,12 @@ class ProcessesBackend(Backend):
                 continue
             changed = True
             running.remove(child)
-            child.log.close()
+            if child.log is not None:
+                child.log.close()
             slots.release(child.gpu)
             spec, seconds = child.spec, time.monotonic() - child.started
+            if rc != 0 and not stopping and self._restart_later(spec, rc, seconds, child):
+                continue
             if rc == 0:
                 state = "finished"
                 outcomes.finished.append(spec.name)
@@ -410,16 +488,36 @@ class ProcessesBackend(Backend):
             elif rc == INTERRUPTED_EXIT_CODE or (stopping and rc in STOPPED_RETURNCODES):
                 state = "interrupted"
                 outcomes.interrupted.append(spec.name)
-                _say(f"interrupted {spec.name} ({describe_returncode(rc)}) after {seconds:.0f} s")
+                _say(f"interrupted {spec.name} ({_describe(rc)}) after {seconds:.0f} s")
             else:
                 state = "failed"
                 outcomes.failed.append((spec.name, rc))
                 tail = log_tail(log_path(spec), child.log_offset)
                 lines = "\n".join(f"    | {line}" for line in tail) or "    (no output)"
-                _say(f"FAILED {spec.name} ({describe_returncode(rc)}) after {seconds:.0f} s; last lines of "
+                _say(f"FAILED {spec.name} ({_describe(rc)}) after {seconds:.0f} s; last lines of "
                      f"{log_path(spec)}:\n{lines}")
             write_state(spec, state=state, returncode=rc, pid=child.proc.pid)
         return changed
+
+    def _restart_later(self, spec: ExperimentSpec, rc: int, seconds: float, child: _Child) -> bool:
+        """Schedule the restart of an experiment whose training died, within ``--experiment_restarts``; one line
+        and the run's state say so. False when it is not restarted (a user error, a requested stop, the budget
+        spent): it then fails as before."""
+        if rc in NOT_RESTARTED_RETURNCODES:
+            return False
+        done = int((read_state(spec) or {}).get("restarts") or 0)
+        if done >= self.experiment_restarts:
+            _say(f"{spec.name}: not restarted again: its {done} restarts (--experiment_restarts) are spent")
+            return False
+        backoff = min(self.restart_backoff_sec * 2 ** done, MAX_RESTART_BACKOFF_SEC)
+        how = _describe(rc)
+        tail = log_tail(log_path(spec), child.log_offset, lines=1) if child.log is not None else []
+        _say(f"RESTART {spec.name} ({how}) after {seconds:.0f} s: restart {done + 1} of {self.experiment_restarts} in "
+             f"{backoff:g} s, resuming from its last checkpoint" + (f"; its last line: {tail[0]}" if tail else ""))
+        write_state(spec, state="restarting", returncode=rc, pid=child.proc.pid, restarts=done + 1,
+                    last_restart={"at": time.time(), "returncode": rc, "after_sec": round(seconds, 1)})
+        self.restarts_due.append((time.monotonic() + backoff, spec))
+        return True
 
     def _stop_children(self, running: list[_Child], slots: _GpuSlots, outcomes: _Outcomes,
                        stop: _StopSignals) -> None:
@@ -457,7 +555,7 @@ class ProcessesBackend(Backend):
         _say(f"done: {self._progress(total, outcomes, 0, queued)}"
              + (f"; stopped by {stopped_by}" if stopped_by else ""))
         for name, rc in outcomes.failed:
-            _say(f"  failed: {name} ({describe_returncode(rc)})")
+            _say(f"  failed: {name} ({_describe(rc)})")
         for name in outcomes.interrupted:
             _say(f"  interrupted: {name} (relaunch the run to resume it)")
         if stopped_by:

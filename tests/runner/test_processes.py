@@ -251,6 +251,9 @@ def test_dry_run_prints_commands_and_starts_nothing(tmp_path):
 
 
 def test_an_experiment_still_running_from_an_earlier_launch_is_not_started_twice(tmp_path):
+    """A runner killed and launched again finds the experiment's process still running: it is not started
+    twice (two trainers on one folder), but watched; when it ends unfinished it is restarted, which the old
+    runner would never have known."""
     (tmp_path / "rec.py").write_text(RECORDER)
     run_file = write_run(tmp_path, f"""
         RUN_DESCRIPTION = RunDescription("twice", [Experiment("rec", "python {tmp_path / 'rec.py'}")])
@@ -259,17 +262,84 @@ def test_an_experiment_still_running_from_an_earlier_launch_is_not_started_twice
     # a process of an earlier runner (its command line names the experiment), still alive
     earlier = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--experiment={spec.name}"])
     try:
-        write_state(spec, state="running", backend="processes", pid=earlier.pid)
-        proc = runner([f"--run={run_file}"], tmp_path)
-        assert f"{spec.name}: still running from an earlier launch (pid {earlier.pid}); not started again" \
-            in proc.stdout
-        assert proc.returncode == 0 and not (spec.train_dir / f"{spec.name}.rec.json").exists()
+        write_state(spec, state="running", backend="processes", pid=earlier.pid, attempts=1)
+        full_env = {**os.environ, "PYTHONPATH": str(REPO)}
+        watcher = subprocess.Popen([sys.executable, "-m", "sfx.runner.run", f"--train_dir={tmp_path / 'td'}",
+                                    f"--run={run_file}", "--restart_backoff_sec=0", "--num_gpus=0"], cwd=REPO,
+                                   env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 60
+        while read_state(spec).get("runner_pid") != watcher.pid and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert not (spec.train_dir / f"{spec.name}.rec.json").exists(), "started twice"
     finally:
         earlier.kill()
         earlier.wait()
-    # once it is gone, the next launch starts it
-    proc = runner([f"--run={run_file}"], tmp_path)
-    assert proc.returncode == 0 and (spec.train_dir / f"{spec.name}.rec.json").exists()
+    out, _ = watcher.communicate(timeout=120)
+    assert f"{spec.name}: still running from an earlier launch (pid {earlier.pid}); not started again, watched" \
+        in out
+    assert f"RESTART {spec.name} (ended unfinished, started by an earlier runner: exit code unknown)" in out, out
+    assert watcher.returncode == 0 and (spec.train_dir / f"{spec.name}.rec.json").exists(), out
+    assert read_state(spec)["restarts"] == 1 and read_state(spec)["attempts"] == 2
+
+
+# fails (EXIT_CODE) on its first FAILS attempts, then finishes as a trainer does (its done file)
+FLAKY = textwrap.dedent("""
+    import os, sys
+    args = dict(a.split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+    exp = os.path.join(args["--train_dir"], args["--experiment"])
+    os.makedirs(exp, exist_ok=True)
+    counter = os.path.join(exp, "attempts")
+    n = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
+    open(counter, "w").write(str(n))
+    if n <= int(os.environ["FAILS"]) and "--steady=1" not in sys.argv:
+        print(f"attempt {n}: the learner died", flush=True)
+        sys.exit(int(os.environ["EXIT_CODE"]))
+    open(os.path.join(exp, "done"), "w").write("env_steps=1\\n")
+""")
+
+
+@pytest.mark.parametrize("fails, exit_code, restarts, outcome", [
+    (2, 1, 3, "finished"),      # two deaths, restarted twice, finishes
+    (1, -9, 3, "finished"),     # killed by a signal (SIGKILL): restarted
+    (3, 1, 2, "failed"),        # the budget is spent: fails as before
+    (1, 2, 3, "failed"),        # exit code 2 (bad flags): a restart would fail the same way
+])
+def test_an_experiment_whose_training_died_is_restarted_with_a_budget_and_backoff(tmp_path, fails, exit_code,
+                                                                                  restarts, outcome):
+    (tmp_path / "flaky.py").write_text(FLAKY.replace('sys.exit(int(os.environ["EXIT_CODE"]))',
+                                                     'os.kill(os.getpid(), 9)' if exit_code == -9 else
+                                                     'sys.exit(int(os.environ["EXIT_CODE"]))'))
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("flaky", [Experiment("f", "python {tmp_path / 'flaky.py'}"),
+                                                   Experiment("steady", "python {tmp_path / 'flaky.py'} --steady=1")])
+    """)
+    specs = specs_of(run_file, tmp_path)
+    t0 = time.time()
+    proc = runner([f"--run={run_file}", f"--experiment_restarts={restarts}", "--restart_backoff_sec=0.5",
+                   "--max_parallel=2", "--pause_between=0", "--num_gpus=0"], tmp_path,
+                  env={"FAILS": str(fails), "EXIT_CODE": str(max(exit_code, 0))})
+    out = proc.stdout
+    expected_restarts = 0 if exit_code == 2 else min(fails, restarts)
+    for k in range(1, expected_restarts + 1):
+        backoff = 0.5 * 2 ** (k - 1)
+        assert f"RESTART {specs[0].name} (" in out and f"restart {k} of {restarts} in {backoff:g} s, resuming from " \
+            f"its last checkpoint" in out, out
+    assert out.count("RESTART") == expected_restarts, out
+    if expected_restarts:
+        assert "its last line: attempt 1: the learner died" in out  # the cause, in the restart's line
+        assert time.time() - t0 >= sum(0.5 * 2 ** k for k in range(expected_restarts))  # the backoff was waited
+    state = read_state(specs[0])
+    assert state["restarts"] == expected_restarts and state["attempts"] == expected_restarts + 1
+    assert state["state"] == outcome, out
+    assert read_state(specs[1])["restarts"] == 0 and read_state(specs[1])["state"] == "finished"  # the other goes on
+    rows = json.loads(runner([f"--run={run_file}", "--status", "--json"], tmp_path).stdout)
+    assert rows[0]["restarts"] == expected_restarts
+    table = runner([f"--run={run_file}", "--status"], tmp_path).stdout
+    if expected_restarts:
+        assert f"{outcome}" in table and f"{expected_restarts} restart" in table, table
+    if outcome == "failed" and exit_code != 2:
+        assert f"not restarted again: its {restarts} restarts (--experiment_restarts) are spent" in out
 
 
 # children for the Ctrl+C test: each starts a grandchild in its own process group, writes its pids
