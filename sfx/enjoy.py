@@ -1,6 +1,7 @@
-"""``python -m sfx.enjoy --env=... --experiment=...``: watch, score or record a trained policy.
+"""``python -m sfx.enjoy --experiment=...``: watch, score or record a trained policy.
 
-The experiment's ``cfg.json`` and newest checkpoint of ``--policy_index`` are loaded, then every
+The experiment's ``cfg.json`` (which names its ``--env``: give ``--env`` only to play another env) and
+newest checkpoint of ``--policy_index`` are loaded, then every
 agent of the env plays with that policy until ``--max_num_episodes`` episodes (counted per agent)
 or ``--max_num_frames`` frames (agent steps times ``--env_frameskip``, as training counts
 ``env_steps``) have been played. One line is printed per finished episode, then the mean and
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 
 from sfx.cfg import ConfigError, add_eval_args, parse_args
+from sfx.cfg.threads import acting_threads
 
 MAX_VIDEO_FRAMES = 10**9  # frames past this are not written (a guard against filling the disk)
 
@@ -122,8 +124,14 @@ def enjoy(cfg: Any) -> dict:
     (agent steps times env_frameskip), ``video_path`` (str or None), ``interrupted`` (Ctrl+C),
     ``checkpoint`` (the file played), ``env_steps`` (its training's env steps) and ``results_path``: the
     JSON results file written (:mod:`sfx.experiment.results`, read by ``python -m sfx.tb table --eval``).
-    Raises :class:`~sfx.cfg.ConfigError` when the experiment has no checkpoint.
+    Raises :class:`~sfx.cfg.ConfigError` when the experiment has no checkpoint. Torch runs on
+    ``ACTING_THREADS`` threads meanwhile (:func:`sfx.cfg.threads.acting_threads`).
     """
+    with acting_threads():
+        return _enjoy(_with_eval_flags(cfg))
+
+
+def _enjoy(cfg: Any) -> dict:
     from sfx.algo.distributions import action_to_env
     from sfx.engine.wiring import resolve_device
     from sfx.experiment import experiment_dir, load_policy_checkpoint
@@ -132,7 +140,6 @@ def enjoy(cfg: Any) -> dict:
     from sfx.agents.acting import AgentsActing
     from sfx.models.obs import stack_obs
 
-    cfg = _with_eval_flags(cfg)
     policy_id = int(cfg.policy_index)
     max_episodes = int(cfg.max_num_episodes)
     max_frames = int(cfg.max_num_frames)
@@ -252,7 +259,8 @@ SWITCHES = ("no_render", "save_video", "deterministic")
 
 def evaluate(env: str, experiment: str, **flags: Any) -> dict:
     """Evaluate as ``python -m sfx.enjoy --env=ENV --experiment=EXPERIMENT --flag=value ...`` would (the same
-    flags, defaults and validation: a bad value raises :class:`~sfx.errors.ConfigError`), except that no
+    flags, defaults and validation: a bad value raises :class:`~sfx.errors.ConfigError`, worded in keyword
+    terms), except that no
     window opens unless ``no_render=False`` is given. Returns :func:`enjoy`'s dict (``episodes``,
     ``rewards``, ``lengths``, ``mean_reward``, ``std_reward``, ``frames``, ``video_path``, ``interrupted``,
     ``checkpoint``, ``env_steps``, ``results_path``: the JSON results file it wrote).
@@ -264,11 +272,16 @@ def evaluate(env: str, experiment: str, **flags: Any) -> dict:
     """
     from sfx.cfg.cfg_json import flags_to_argv
 
+    from sfx.cfg.api_terms import in_python_terms
+
     flags = {"no_render": True, **flags}
     switches = [f"--{name}" for name in SWITCHES if flags.pop(name, False)]
-    cfg = parse_args([f"--env={env}", f"--experiment={experiment}", *switches, *flags_to_argv(flags)],
-                     evaluation=True)
-    return enjoy(cfg)
+    try:
+        cfg = parse_args([f"--env={env}", f"--experiment={experiment}", *switches, *flags_to_argv(flags)],
+                         evaluation=True)
+        return enjoy(cfg)
+    except ConfigError as e:
+        raise in_python_terms(e, "sfx.evaluate", "python -m sfx.enjoy") from None
 
 
 def main(argv: list[str] | None = None) -> int:

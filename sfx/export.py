@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from sfx.cfg import ConfigError, build_parser, parse_args
-from sfx.cfg.parsing import CFG_FILE, ArgParser
+from sfx.cfg import ConfigError, parse_args
+from sfx.cfg.parsing import ArgParser
+from sfx.cfg.threads import acting_threads
 
 
 def export_parser() -> argparse.ArgumentParser:
@@ -36,23 +37,9 @@ def export_parser() -> argparse.ArgumentParser:
 
 
 def _split_argv(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """sfx.export's own flags, and the rest for the cfg parser; ``--env`` from the saved cfg when not given."""
-    from sfx.experiment import load_cfg
-
+    """sfx.export's own flags, and the rest for the cfg parser (which takes ``--env`` from the saved cfg
+    when it is not given, as for sfx.enjoy)."""
     own, rest = export_parser().parse_known_args(list(argv))
-    defaults = build_parser(None)  # where the defaults of --experiment and --train_dir live
-    pre = ArgParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--env", default=None)
-    pre.add_argument("--experiment", default=defaults.get_default("experiment"))
-    pre.add_argument("--train_dir", default=defaults.get_default("train_dir"))
-    where, _ = pre.parse_known_args(rest)
-    if where.env is None and not any(a in ("-h", "--help") for a in rest):
-        cfg_file = Path(where.train_dir).expanduser() / where.experiment / CFG_FILE
-        if not cfg_file.is_file():
-            raise ConfigError(f"no experiment at {cfg_file.parent} (no {CFG_FILE}): check --train_dir and "
-                              f"--experiment, or train first (python -m sfx.train --env=... "
-                              f"--experiment={where.experiment})")
-        rest = [f"--env={load_cfg(cfg_file)['env']}", *rest]
     return own, rest
 
 
@@ -68,7 +55,14 @@ def export(cfg: Any, fmt: str = "onnx", output: str | None = None) -> dict:
 
     ``cfg``: parsed with ``evaluation=True``. Returns ``{"model_path", "spec_path", "spec"}``.
     Raises :class:`~sfx.cfg.ConfigError` on an unknown format, a missing checkpoint, a missing exporter package.
+    Torch runs on one thread meanwhile, as sfx.enjoy's (:func:`sfx.cfg.threads.acting_threads`).
     """
+
+    with acting_threads():  # tracing runs the model; its batch of one gains nothing from many threads
+        return _export(cfg, fmt, output)
+
+
+def _export(cfg: Any, fmt: str, output: str | None) -> dict:
     from sfx.engine.wiring import probe_env
     from sfx.experiment import experiment_dir
     from sfx.agents import find_agent

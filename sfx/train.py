@@ -23,7 +23,9 @@ from typing import Any
 import sfx.pbt  # noqa: F401 - registers population-based training as a coordinator observer
 from sfx.agents import find_agent
 from sfx.cfg import ConfigError, parse_args
+from sfx.cfg.api_terms import in_python_terms
 from sfx.cfg.cfg_json import flags_to_argv
+from sfx.cfg.parsing import algo_name
 from sfx.engine import run_training
 
 # 75 (EX_TEMPFAIL): another rank of a multi-rank training died, hung or was killed; this rank stopped with
@@ -33,10 +35,12 @@ EXIT_CODES = {"done": 0, "failed": 1, "interrupted": 130, "rank_lost": 75}
 
 
 def requested_algo(argv: list[str]) -> str | None:
-    """The ``--algo`` on the command line, if any (before the full parse, which may resume a saved cfg)."""
+    """The ``--algo`` on the command line as registered, if any (before the full parse, which may resume a
+    saved cfg)."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--algo", default=None)
-    return pre.parse_known_args(argv)[0].algo
+    algo = pre.parse_known_args(argv)[0].algo
+    return None if algo is None else algo_name(algo)  # `appo` is APPO; a near miss gets a "did you mean"
 
 
 def requested_restart_behavior(argv: list[str]) -> str:
@@ -147,11 +151,15 @@ def train(env: str, experiment: str, **flags: Any) -> TrainResult:
     refuse_in_worker_start("sfx.train()")
     from sfx.experiment import checkpoint_dir, experiment_dir, list_checkpoints
 
-    argv = [f"--env={env}", f"--experiment={experiment}", *flags_to_argv(flags)]
-    if find_agent(requested_algo(argv) or "APPO").entry_point:
-        raise ConfigError(f"--algo={requested_algo(argv)} does not train; run its own command instead")
-    cfg = parse_for_training(argv)
-    stats = run_training(cfg)
+    try:
+        argv = [f"--env={env}", f"--experiment={experiment}", *flags_to_argv(flags)]
+        if find_agent(requested_algo(argv) or "APPO").entry_point:
+            raise ConfigError(f"--algo={requested_algo(argv)} does not train; run its own command instead")
+        cfg = parse_for_training(argv)
+        stats = run_training(cfg)
+    except ConfigError as e:
+        # one line in the caller's terms (keywords, not flags), without the parser's frames under it
+        raise in_python_terms(e, "sfx.train", "python -m sfx.train") from None
     checkpoints = list_checkpoints(checkpoint_dir(cfg, 0))
     result = TrainResult(status=stats["status"], stop_reason=stats["stop_reason"],
                          experiment_dir=experiment_dir(cfg), env_steps=stats["env_steps"],
@@ -166,8 +174,9 @@ class _CallableModule(types.ModuleType):
     """``sfx.train`` is this module (``python -m sfx.train``, ``from sfx.train import main``) and the function
     :func:`train`: importing the module puts it on the package as ``sfx.train``, so the module answers calls."""
 
-    def __call__(self, env: str, experiment: str, **flags: Any) -> TrainResult:
-        return train(env, experiment, **flags)
+    # train itself, not a method calling it: a ConfigError's traceback then shows the caller's line and
+    # train's raise, one frame fewer
+    __call__ = staticmethod(train)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -16,6 +16,7 @@ Bad input prints one ``sfx.tb: error: ...`` line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import time
 from collections.abc import Sequence
@@ -91,10 +92,24 @@ def _aggregate_flags(parser: argparse.ArgumentParser, eval_flag: bool = True) ->
 
 
 
+# flags of the trainer a user carries over to sfx.tb, and sfx.tb's own name for them
+TRAINER_FLAGS = {"--train_dir": "--dir"}
+
+
 class _Parser(argparse.ArgumentParser):
+    """Errors are one line (the bad argument, the nearest flag, where the usage is), not a usage dump."""
+
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"sfx.tb: error: {message}\n")
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            first = message[len(prefix):].split()[0]
+            name = first.split("=", 1)[0]
+            flags = [s for a in self._actions for s in a.option_strings if s.startswith("--") and s != "--help"]
+            close = [TRAINER_FLAGS[name]] if name in TRAINER_FLAGS else difflib.get_close_matches(name, flags, n=2,
+                                                                                                    cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            message = f"unrecognized argument {first!r}{hint}"
+        self.exit(2, f"sfx.tb: error: {message}; {self.prog} --help shows the usage\n")
 
 
 def _positive_int(text: str) -> int:
@@ -239,7 +254,7 @@ def _run_serve(args: argparse.Namespace, tb_args: list[str]) -> int:
 
 
 def _run_plot(args: argparse.Namespace, normalizer: Any = None, normalizer_name: str = "") -> int:
-    from sfx_tb.curves import output_path, plot_curves
+    from sfx_tb.curves import ONE_POINT_WHY, expand_metrics, one_point_metrics, output_path, plot_curves
     from sfx_tb.scalars import load_scalars
 
     if args.profile:
@@ -260,6 +275,9 @@ def _run_plot(args: argparse.Namespace, normalizer: Any = None, normalizer_name:
     df = load_scalars(args.patterns, args.dir, metrics=None if args.x == "time" else metrics, policy=args.policy)
     plot_curves(df, metrics, x=args.x, spread=args.spread, smooth=args.smooth, points=args.points,
                 title=args.title, out=path, fmt=fmt)
+    lonely = one_point_metrics(df, expand_metrics(metrics, df["tag"].unique()))
+    if lonely:
+        _print_notes([f"{', '.join(lonely)}: {ONE_POINT_WHY}"])
     groups = df["group"].nunique()
     print(f"wrote {path} ({groups} group(s), {df['experiment'].nunique()} experiment(s))")
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,6 +122,33 @@ def expand_metrics(metrics: Sequence[str], tags: Sequence[str]) -> list[str]:
     return out
 
 
+# why a run drew a single dot: the trainer writes its scalars every --experiment_summaries_interval seconds
+ONE_POINT_WHY = ("one point per run: each run was shorter than its summary interval (--experiment_summaries_interval, "
+                 "seconds; default 20), so it wrote its scalars once; train longer or with a smaller interval for a curve")
+
+
+def one_point_metrics(df: pd.DataFrame, metrics: Sequence[str]) -> list[str]:
+    """The ``metrics`` (tags, no patterns) of which every run in ``df`` has at most one point: their panels
+    show a dot per group instead of a curve."""
+    counts = df.groupby(["tag", *RUN_KEYS]).size()
+    return [m for m in metrics if m in counts.index.get_level_values(0) and counts.loc[m].max() <= 1]
+
+
+def _fit_title(fig: Figure, title: str, height_in: float) -> None:
+    """``title`` as the figure's title, wrapped to the figure's width (a line per fitting stretch of words;
+    a word wider than the figure is cut) instead of clipped at its edges; the figure grows by the extra lines."""
+    text = fig.suptitle(title)
+    width = text.get_window_extent(fig.canvas.get_renderer()).width
+    room = 0.94 * fig.bbox.width  # constrained layout keeps a small margin at each side
+    if width <= room:
+        return
+    chars = max(8, int(len(title) * room / width))
+    lines = textwrap.wrap(title, width=chars) or [title]
+    text.set_text("\n".join(lines))
+    line_in = text.get_fontsize() * 1.3 / 72
+    fig.set_size_inches(fig.get_size_inches()[0], height_in + line_in * (len(lines) - 1))
+
+
 def _time_unit(max_seconds: float) -> tuple[str, float]:
     if max_seconds >= 3 * 3600:
         return "h", 3600.0
@@ -155,7 +183,7 @@ def plot_curves(df: pd.DataFrame, metrics: str | Sequence[str] = "reward", x: st
         spread: ``"std"`` (mean +- one std over runs), ``"minmax"`` (the range of runs) or ``"none"``.
         smooth: moving-average window in points, applied to each run before averaging (1 = off).
         points: size of the common x grid runs are interpolated onto.
-        title: figure title; None for none.
+        title: figure title, wrapped to the figure's width; None for none.
         out: where to save the figure (format from ``fmt`` or the suffix, see :func:`output_path`);
             None to only return it.
         fmt: ``"png"``, ``"svg"`` or ``"pdf"``.
@@ -187,12 +215,17 @@ def plot_curves(df: pd.DataFrame, metrics: str | Sequence[str] = "reward", x: st
 
     ncols = min(len(metrics), 3)
     nrows = math.ceil(len(metrics) / ncols)
-    fig = Figure(figsize=(5.2 * ncols, 3.8 * nrows + (0.4 if title else 0.0)), layout="constrained")
+    height_in = 3.8 * nrows + (0.4 if title else 0.0)
+    fig = Figure(figsize=(5.2 * ncols, height_in), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     colors = [f"C{i % 10}" for i in range(len(groups))]
+    lonely = set(one_point_metrics(df, metrics))
     for ax, metric in zip(axes, metrics):
         agg = aggregated[metric]
+        if metric in lonely:  # the panel says why it holds a dot, not a curve
+            why = "\n".join(textwrap.wrap(ONE_POINT_WHY, 60, break_on_hyphens=False))
+            ax.text(0.5, 0.04, why, transform=ax.transAxes, ha="center", va="bottom", fontsize="x-small", color="0.35")
         for group, color in zip(groups, colors):
             g = agg[agg["group"] == group]
             if g.empty:
@@ -221,7 +254,7 @@ def plot_curves(df: pd.DataFrame, metrics: str | Sequence[str] = "reward", x: st
     if handles:
         axes[0].legend(handles, labels, fontsize="small", title=spread_note[spread], title_fontsize="small")
     if title:
-        fig.suptitle(title)
+        _fit_title(fig, title, height_in)
     if target is not None:
         path, fmt_ = target
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ import torch
 
 from sfx import enjoy as enjoy_module
 from sfx.cfg import ConfigError, parse_args
+from sfx.cfg.threads import ACTING_THREADS
 from sfx.envs import MultiAgentEnv, register_env_family, unregister_env_family
 from sfx.models import create_actor_critic
 from tests.untrained_experiment import write_untrained_experiment
@@ -284,3 +285,65 @@ def test_writes_the_results_file_the_tables_read(tmp_path):
     assert doc["env_steps"] == result["env_steps"] and doc["checkpoint_kind"] == "latest"
     assert doc["cfg"]["env"] == CARTPOLE and doc["cfg"]["max_num_episodes"] == 3 and doc["seed"] == 5
     assert doc["interrupted"] is False and doc["frames"] == sum(doc["lengths"])
+
+
+# ------------------------------------------------------------------ the first hour's frictions (issue 57)
+
+def test_plays_on_one_torch_thread_as_the_policy_workers_do_and_gives_the_callers_back(tmp_path, monkeypatch):
+    from sfx.agents.acting import AgentsActing
+
+    where = make_experiment(tmp_path)
+    seen = []
+    act = AgentsActing.act
+
+    def counting_act(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return act(self, *args, **kwargs)
+
+    monkeypatch.setattr(AgentsActing, "act", counting_act)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # what torch picks on a 2-core machine: the cap must not depend on the host
+    try:
+        run_enjoy([*where, "--no_render", "--max_num_episodes=1"])
+        assert seen and set(seen) == {ACTING_THREADS} == {1}
+        assert torch.get_num_threads() == 2  # the caller's setting comes back (sfx.evaluate runs in its process)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_export_traces_on_one_torch_thread(tmp_path, monkeypatch):
+    from sfx import export as export_module
+    import sfx.models.export as model_export
+
+    where = make_experiment(tmp_path)
+    seen = []
+    real = model_export.export_model
+
+    def recording_export(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_export, "export_model", recording_export)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cfg = parse_args(where, evaluation=True)
+        export_module.export(cfg, "torchscript")
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_env_comes_from_the_experiments_cfg_when_not_given(tmp_path, capsys):
+    where = make_experiment(tmp_path)
+    assert where[0] == f"--env={CARTPOLE}"
+    assert enjoy_module.main([*where[1:], "--no_render", "--max_num_episodes=1"]) == 0
+    assert len(EPISODE_RE.findall(capsys.readouterr().out)) == 1
+    assert parse_args(where[1:], evaluation=True).env == CARTPOLE
+
+
+def test_without_env_or_experiment_the_missing_folder_is_named(tmp_path, capsys):
+    assert enjoy_module.main(["--experiment=nothing_here", f"--train_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sfx: error: no experiment at ") and str(tmp_path / "nothing_here") in err
+    assert len(err.strip().splitlines()) == 1

@@ -37,9 +37,10 @@ def test_train_validates_like_the_command_line(tmp_path):
     import sfx
     from sfx.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"^--num_workers=0 must be a positive integer"):
+    # the same checks, worded in the caller's keyword terms
+    with pytest.raises(ConfigError, match=r"^num_workers=0 must be a positive integer"):
         sfx.train(env="gym_CartPole-v1", experiment="bad", train_dir=str(tmp_path), num_workers=0)
-    with pytest.raises(ConfigError, match="unrecognized argument '--num_wrokers=2'"):
+    with pytest.raises(ConfigError, match=r"unexpected keyword argument 'num_wrokers' \(did you mean num_workers"):
         sfx.train(env="gym_CartPole-v1", experiment="bad", train_dir=str(tmp_path), num_wrokers=2)
     assert not (tmp_path / "bad").exists()
 

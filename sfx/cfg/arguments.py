@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from sfx.cfg.flag_types import FALSE_STRINGS, TRUE_STRINGS, add_bool_arg, int_like, str2bool  # noqa: F401
+from sfx.cfg.flag_types import FALSE_STRINGS, TRUE_STRINGS, add_bool_arg, device_flag, int_like, str2bool  # noqa: F401
 from sfx.cfg.sf1_compat import add_sf1_compat_args
 
 # --train_for_env_steps' and --train_for_seconds' default: no limit
@@ -28,9 +28,11 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--experiment", default="default_experiment",
                    help="experiment folder name under --train_dir; an existing one is resumed")
     g.add_argument("--train_dir", default="./train_dir", help="root folder of all experiments")
-    g.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
-                   help="where the learner and policy workers run; gpu falls back to cpu (with a warning) "
-                        "when CUDA is missing")
+    g.add_argument("--device", type=device_flag, default="gpu", metavar="{gpu,cuda,cuda:N,cpu}",
+                   help="where the learner and policy workers run: gpu (or cuda) = the GPU(s) CUDA shows, cuda:N = "
+                        "GPU N alone (for this process and its workers), cpu. Left out: the GPU where CUDA is "
+                        "available, else the CPU, silently; an explicit gpu / cuda on a machine without CUDA "
+                        "says so and uses the CPU")
     g.add_argument("--seed", type=int, default=None,
                    help="seed for envs and torch; None = a different run every time")
     add_bool_arg(g, "serial_mode", False,

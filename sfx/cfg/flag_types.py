@@ -41,6 +41,21 @@ def int_like(value: str | int) -> int:
     return int(x)
 
 
+def device_flag(value: str) -> str:
+    """``--device``: ``gpu`` and ``cuda`` (any case) mean the same, ``cuda:N`` (one GPU by index) is kept as
+    written for the parser to place (:func:`sfx.cfg.parsing.place_device`), ``cpu``; anything else is an
+    argparse error naming what is allowed."""
+    text = str(value).strip().lower()
+    if text in ("gpu", "cuda"):
+        return "gpu"
+    if text == "cpu":
+        return text
+    index = text[len("cuda:"):] if text.startswith("cuda:") else ""
+    if index.isdigit():
+        return f"cuda:{int(index)}"
+    raise argparse.ArgumentTypeError(f"{value!r} is not a device; allowed: gpu (or cuda), cuda:N (GPU N), cpu")
+
+
 def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
     """A boolean flag: ``--name=False``, ``--name false``, ``--name 0``; a bare ``--name`` means True."""
     group.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)

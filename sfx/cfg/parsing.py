@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 CFG_FILE = "cfg.json"
 # Stored next to the flags in cfg; not flags themselves.
 META_FIELDS = ("explicit_args", "command_line")
+# Flags whose default is whatever the machine has (place_device): a saved value not given on the saved
+# command line is not resumed.
+MACHINE_DEFAULTS = ("device",)
 
 # Flags that came with a default other than what sfx did before they existed. An experiment saved before such a
 # flag resumes (and is evaluated) with what it was trained with, not the new default: flag name -> that value,
@@ -132,12 +135,29 @@ def _agent(name: str) -> Any:
     return find_agent(name)
 
 
+def algo_name(name: str) -> str:
+    """The registered agent's name that ``--algo=name`` means: the name itself, or the one it spells in
+    another case (``appo`` -> ``APPO``). Else a ConfigError listing the registered ones, with the nearest
+    (any case: ``ppo`` -> ``APPO``) as a "did you mean"."""
+    from sfx.agents.registry import registered_agents  # the agents' room sits above cfg: looked up at parse time
+
+    names = registered_agents()
+    if name in names:
+        return name
+    by_lower = {n.lower(): n for n in names}
+    if str(name).lower() in by_lower:
+        return by_lower[str(name).lower()]
+    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.5)
+    hint = f"; did you mean --algo={by_lower[close[0]]}?" if close else ""
+    raise ConfigError(f"--algo={name} is not a registered algorithm; allowed: {', '.join(names)}{hint}")
+
+
 def _requested_algo(argv: Sequence[str] | None, preset: dict | None) -> str:
     """``--algo`` of the command line, else of the saved cfg / preset, else the default agent."""
     pre = _new_parser(add_help=False)
     pre.add_argument("--algo", default=None)
     algo = pre.parse_known_args(list(argv or []))[0].algo
-    return algo or (preset or {}).get("algo") or "APPO"
+    return algo_name(algo or (preset or {}).get("algo") or "APPO")
 
 
 def _other_agents_flags(parser: argparse.ArgumentParser) -> set[str]:
@@ -200,14 +220,23 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]
     return set(vars(silent.parse_known_args(argv)[0]))
 
 
+class UnknownFlagError(ConfigError):
+    """A command line names a flag no part of the parser knows: ``argument`` (as written) and the nearest
+    known flags, for the Python API to say it in keyword terms (:mod:`sfx.cfg.api_terms`)."""
+
+    def __init__(self, argument: str, suggestions: list[str]) -> None:
+        hint = f" (did you mean {', '.join(suggestions)}?)" if suggestions else ""
+        super().__init__(f"unrecognized argument {argument!r}{hint}; --help lists every flag")
+        self.argument = argument
+        self.suggestions = suggestions
+
+
 def _check_unknown(parser: argparse.ArgumentParser, extras: list[str]) -> None:
     if not extras:
         return
     first = extras[0]
     flags = [s for a in parser._actions for s in a.option_strings]
-    close = difflib.get_close_matches(first.split("=", 1)[0], flags, n=3, cutoff=0.6)
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    raise ConfigError(f"unrecognized argument {first!r}{hint}; --help lists every flag")
+    raise UnknownFlagError(first, difflib.get_close_matches(first.split("=", 1)[0], flags, n=3, cutoff=0.6))
 
 
 def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resume: bool = True,
@@ -215,7 +244,8 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     """Parse the command line into the cfg of a training (or, with ``evaluation=True``, of sfx.enjoy).
 
     An existing ``train_dir/experiment/cfg.json`` is resumed: its values replace the defaults and
-    every flag given on the command line replaces them in turn. Flags newer than the saved cfg get
+    every flag given on the command line replaces them in turn. With ``evaluation=True``, ``--env`` may
+    be left out: the saved cfg's is played. Flags newer than the saved cfg get
     their defaults. ``cfg.explicit_args`` is the sorted list of flags given on the command line,
     ``cfg.command_line`` the command line itself. ``resume=False`` reads no saved cfg (the dummy
     sampler: its settings are the command line's alone); ``prog`` names the command in ``--help``.
@@ -226,6 +256,18 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = _pre_parse(argv)
     wants_help = any(a in ("-h", "--help") for a in argv)
+    if pre.env is None and evaluation and not wants_help:
+        # a trained policy is played in the env it was trained in: the experiment's cfg.json names it
+        cfg_file = Path(pre.train_dir).expanduser() / pre.experiment / CFG_FILE
+        if not cfg_file.is_file():
+            raise ConfigError(f"no experiment at {cfg_file.parent} (no {CFG_FILE}): check --train_dir and "
+                              f"--experiment, or train first (python -m sfx.train --env=... "
+                              f"--experiment={pre.experiment})")
+        saved_env = load_cfg(cfg_file).get("env")
+        if saved_env is None:
+            raise ConfigError(f"{cfg_file} names no env: pass --env")
+        argv = [f"--env={saved_env}", *argv]
+        pre.env = saved_env
     if pre.env is None:
         if wants_help:
             parser = build_parser(None, evaluation, argv)  # --algo's flags, not the default agent's
@@ -242,10 +284,11 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     parser.prog = prog or parser.prog
     cfg, extras = parser.parse_known_args(argv)
     _check_unknown(parser, extras)
+    cfg.algo = algo_name(cfg.algo)  # as registered, whatever the case it was typed in (cfg.json keeps that)
     explicit = explicit_flags(parser, argv)
 
     if saved is not None:
-        _resume(cfg, saved, explicit, cfg_file)
+        _resume(cfg, saved, explicit, cfg_file, evaluation)
     elif evaluation:
         raise ConfigError(f"no experiment at {cfg_file.parent} (no {CFG_FILE}): train first, "
                           f"e.g. python -m sfx.train --env={pre.env} --experiment={pre.experiment} "
@@ -253,6 +296,7 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
 
     cfg.explicit_args = sorted(explicit)
     cfg.command_line = " ".join(shlex.quote(a) for a in argv)
+    place_device(cfg, "device" in explicit or "device" in ((saved or {}).get("explicit_args") or ()))
     agent = _agent(cfg.algo)
     check_same_algo(cfg)  # a resume with another --algo is named as such before any of the saved flags is judged
     agent.check_flags(cfg, explicit)  # a flag the agent would ignore: refused by name, before the shared checks
@@ -263,8 +307,9 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     return cfg
 
 
-def _resume(cfg: argparse.Namespace, saved: dict, explicit: set[str], cfg_file: Path) -> None:
-    """Saved values over defaults, explicit flags over saved values (in place)."""
+def _resume(cfg: argparse.Namespace, saved: dict, explicit: set[str], cfg_file: Path, evaluation: bool) -> None:
+    """Saved values over defaults, explicit flags over saved values (in place). A training that names another
+    env than the saved one is a ConfigError (an evaluation may play another env: a warning)."""
     train_dir, experiment = cfg.train_dir, cfg.experiment
     current = vars(cfg)
     dropped = sorted(k for k in saved if k not in current and k not in META_FIELDS)
@@ -272,9 +317,19 @@ def _resume(cfg: argparse.Namespace, saved: dict, explicit: set[str], cfg_file: 
         log.debug("%s: ignoring saved values of flags that no longer exist: %s", cfg_file, dropped)
     saved_env = saved.get("env")
     if saved_env is not None and saved_env != cfg.env:
+        if not evaluation:
+            # the checkpoints hold a model for the saved env's spaces: say so now, not as a size mismatch later
+            raise ConfigError(f"--env={cfg.env} cannot resume experiment {cfg_file.parent}, trained on "
+                              f"--env={saved_env}: leave --env out (or give the saved one) to resume it, or start a "
+                              f"new experiment with another --experiment (or --restart_behavior=restart, which "
+                              f"keeps the old folder as {experiment}_old_<time>)")
+        # playing a policy in another env (a variant with the same spaces) is an evaluation's choice
         log.warning("--env=%s differs from env %s saved in %s: using %s", cfg.env, saved_env, cfg_file, cfg.env)
+    # a device the saved run did not ask for was its machine's (place_device): this machine picks its own,
+    # so an experiment started on a laptop resumes on the GPU of a workstation
+    chosen = set(saved.get("explicit_args") or ())
     for key, value in saved.items():
-        if key in current and key not in explicit:
+        if key in current and key not in explicit and (key not in MACHINE_DEFAULTS or key in chosen):
             current[key] = value
     older = {k: v for k, v in FORMER_DEFAULTS.items() if k in current and k not in saved and k not in explicit}
     for key, value in older.items():
@@ -284,6 +339,39 @@ def _resume(cfg: argparse.Namespace, saved: dict, explicit: set[str], cfg_file: 
                  ", ".join(f"--{k}" for k in older), ", ".join(f"--{k}={v}" for k, v in older.items()))
     # the folder was found where this command line points (it may have moved since it was saved)
     cfg.train_dir, cfg.experiment = train_dir, experiment
+
+
+def place_device(cfg: argparse.Namespace, asked: bool, environ: dict | None = None) -> None:
+    """``--device`` as the engine reads it, ``gpu`` or ``cpu`` (in place).
+
+    ``asked``: the command line (or the saved one of a resumed run) gave ``--device``. Left out, it is what this machine has: ``gpu`` where CUDA is available, else ``cpu``, without the
+    fallback warning the engine gives an explicit ``--device=gpu`` that finds no CUDA. ``cuda:N`` becomes
+    ``gpu`` with ``CUDA_VISIBLE_DEVICES`` (of ``environ``, default ``os.environ``) narrowed to GPU N, so
+    this process and the workers it starts (which inherit it) see that GPU alone, as ``cuda``; N counts
+    the GPUs an existing ``CUDA_VISIBLE_DEVICES`` lists. Raises ConfigError when N is not one of them, or
+    when CUDA already started in this process (it reads the variable once)."""
+    import os
+
+    import torch
+
+    if not asked and cfg.device == "gpu" and not torch.cuda.is_available():
+        cfg.device = "cpu"  # nobody asked for a GPU: the CPU is simply this machine, not a fallback to warn of
+        return
+    if not str(cfg.device).startswith("cuda:"):
+        return
+    env = os.environ if environ is None else environ
+    index = int(cfg.device.split(":", 1)[1])
+    visible = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if "CUDA_VISIBLE_DEVICES" in env and index >= len(visible):
+        raise ConfigError(f"--device={cfg.device}: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} shows "
+                          f"{len(visible)} GPU(s); allowed: cuda:0 to cuda:{max(len(visible) - 1, 0)}, gpu, cpu")
+    chosen = visible[index] if visible else str(index)
+    if torch.cuda.is_initialized() and env.get("CUDA_VISIBLE_DEVICES") != chosen:
+        raise ConfigError(f"--device={cfg.device} picks a GPU before CUDA starts, but CUDA already started in this "
+                          f"process: set CUDA_VISIBLE_DEVICES={chosen} before starting Python, and --device=gpu")
+    env["CUDA_VISIBLE_DEVICES"] = chosen
+    log.info("--device=%s: CUDA_VISIBLE_DEVICES=%s for this process and its workers", cfg.device, chosen)
+    cfg.device = "gpu"
 
 
 def _validate_family(cfg: argparse.Namespace) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -11,6 +12,8 @@ from typing import Any
 from sfx.experiment.paths import log_path
 
 _SFX_HANDLER = "_sfx_handler"  # marks the handlers installed here, so a second call replaces them
+# lines kept while a log file's folder does not exist yet (a run's first lines, before its checks pass)
+WAITING_BYTES = 1 << 20
 
 
 class LineFormatter(logging.Formatter):
@@ -36,10 +39,25 @@ class AppendFileHandler(logging.StreamHandler):
     wrote) and line-buffered, so each record goes out in one write instead of interleaving mid-line.
     """
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, create_folder: bool = True) -> None:
+        """``create_folder=False``: the file's folder is someone else's to make (an experiment folder is
+        made by its run once the run's checks passed, so a refused start leaves none behind); until it
+        exists, lines wait in memory (up to :data:`WAITING_BYTES`, they also went to the console) and are
+        written first once it does."""
         self.path = path
-        super().__init__(open(path, "a", buffering=1, encoding="utf-8"))
+        if create_folder:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._waiting = not path.parent.is_dir()
+        super().__init__(io.StringIO() if self._waiting else self._open())
+
+    def _open(self) -> Any:
+        return open(self.path, "a", buffering=1, encoding="utf-8")
+
+    def _write_what_waited(self) -> None:
+        file = self._open()
+        file.write(self.stream.getvalue())
+        self.setStream(file)
+        self._waiting = False
 
     def handleError(self, record: logging.LogRecord) -> None:
         """A write that fails (disk full, quota) is reported once on stderr, not as a traceback per
@@ -53,6 +71,15 @@ class AppendFileHandler(logging.StreamHandler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self._write_failed = False
+        if self._waiting:
+            if self.path.parent.is_dir():
+                try:
+                    self._write_what_waited()
+                except OSError:
+                    self.handleError(record)  # said once; the lines stay in memory until a write works
+                    return
+            elif self.stream.tell() > WAITING_BYTES:
+                return
         super().emit(record)
         if not self._write_failed:
             self._failing = False  # a line got through: the disk has room again
@@ -82,8 +109,9 @@ def setup_logging(cfg_or_path: Any, process_name: str, level: int = logging.INFO
     """Configure the root logger of this process; calling it again replaces the previous setup.
 
     Args:
-        cfg_or_path: a cfg (logs go to its experiment's ``sf_log.txt``), a log file path, or
-            ``None`` (stderr only).
+        cfg_or_path: a cfg (logs go to its experiment's ``sf_log.txt`` once the run has made its folder;
+            earlier lines are written then), a log file path (its folder is made now), or ``None``
+            (stderr only).
         process_name: shown in every line (``coordinator``, ``rollout_worker_3`` ...).
     Returns:
         the log file's path, or ``None``.
@@ -94,12 +122,15 @@ def setup_logging(cfg_or_path: Any, process_name: str, level: int = logging.INFO
         path = Path(cfg_or_path)
     else:
         path = log_path(cfg_or_path)
+    # a cfg's experiment folder is its run's to make, after the checks that may refuse the start (no
+    # folder holding only sf_log.txt after a typo); a path given as such is made here
+    by_cfg = path is not None and not isinstance(cfg_or_path, (str, os.PathLike))
 
     remove_logging()
     formatter = LineFormatter(process_name)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if path is not None:
-        handlers.append(AppendFileHandler(path))
+        handlers.append(AppendFileHandler(path, create_folder=not by_cfg))
     root = logging.getLogger()
     for handler in handlers:
         handler.setFormatter(formatter)

@@ -26,13 +26,27 @@ def clean_root():
 
 def test_lines_go_to_file_and_stderr(tmp_path, capsys, clean_root):
     cfg = default_cfg(train_dir=tmp_path, experiment="exp")
+    (tmp_path / "exp").mkdir()
     path = setup_logging(cfg, "learner_0")
-    assert path == log_path(cfg) and path.is_file()  # the experiment folder is created if needed
+    assert path == log_path(cfg) and path.is_file()
     logging.getLogger("sfx.test").info("hello %d", 5)
     logging.getLogger("sfx.test").warning("careful")
     file_lines = path.read_text().splitlines()
     assert [LINE.match(x).groups() for x in file_lines] == [("learner_0", "hello 5"), ("learner_0", "WARNING: careful")]
     assert capsys.readouterr().err.splitlines() == file_lines
+
+
+def test_a_cfg_s_experiment_folder_is_left_to_its_run_and_early_lines_wait_for_it(tmp_path, capsys, clean_root):
+    # a start refused by its checks (which run after logging is set up) must leave no folder holding only
+    # sf_log.txt; once the run makes the folder, the lines from before are written first
+    cfg = default_cfg(train_dir=tmp_path, experiment="exp")
+    path = setup_logging(cfg, "coordinator")
+    logging.getLogger("sfx.test").info("before the checks")
+    assert not (tmp_path / "exp").exists()
+    (tmp_path / "exp").mkdir()
+    logging.getLogger("sfx.test").info("after")
+    assert [LINE.match(x).groups()[1] for x in path.read_text().splitlines()] == ["before the checks", "after"]
+    assert len(capsys.readouterr().err.splitlines()) == 2
 
 
 def test_idempotent_and_appending(tmp_path, capsys, clean_root):
