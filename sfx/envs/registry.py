@@ -117,6 +117,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "minigrid_": "sfx.envs.minigrid",
     "pettingzoo_": "sfx.envs.pettingzoo",
     "football_": "sfx.envs.football",
+    "procgen_": "sfx.envs.procgen",
 }
 # whole env name -> module whose import (then ``register_family()``) registers it with register_env
 BUILTIN_ENVS: dict[str, str] = {
@@ -140,6 +141,8 @@ FAMILY_PACKAGES: dict[str, OptionalPackage] = {
     "mujoco_": OptionalPackage("mujoco", "mujoco", "mujoco", "3.0"),
     "minigrid_": OptionalPackage("minigrid", "minigrid", "minigrid", "2.3"),
     "pettingzoo_": OptionalPackage("pettingzoo", "pettingzoo", "pettingzoo", "1.27"),
+    # Procgen's only backend is EnvPool (sfx.envs.procgen)
+    "procgen_": OptionalPackage("envpool", "envpool", "envpool", "1.2"),
 }
 
 

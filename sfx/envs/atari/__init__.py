@@ -16,6 +16,8 @@ Protocol choices (each a flag):
   the game; episode statistics (``reward``, ``len``) are always those of the whole game, raw score.
   sfx.enjoy (a cfg with evaluation flags) always plays whole games.
 - Games are cut at 108,000 frames (30 minutes of play): truncated, so the learner bootstraps.
+- ``--env_backend=envpool`` steps each rollout worker split as one EnvPool pool (C++) with the same flags;
+  docs/environments/envpool.md says what differs (FIRE for one frame, the no-op draws, the frame cap's count).
 - Reward clipping lives in the engine, not in the env: this family sets ``--reward_clip=1.0``, and the
   learner's clamp to [-1, 1] equals sign() on Atari's integer scores. The env itself returns raw scores,
   which is what the statistics report.
@@ -29,6 +31,7 @@ from typing import Any
 from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 from sfx.envs.atari.games import ATARI_57, PREFIX, all_rom_ids, check_game, game_name
+from sfx.envs.envpool import add_backend_params, uses_envpool
 from sfx.envs.atari.wrappers import (EpisodicLifeEnv, FireReset, FrameStack, MaxPoolFrameSkip, NoopReset,
                                      ResizeFrame, action_index)
 from sfx.envs.registry import env_seed, gym_id_stem, register_env_family
@@ -67,6 +70,7 @@ def add_atari_params(parser: argparse.ArgumentParser) -> None:
     add_bool_arg(g, "atari_fire_reset", True, "press FIRE as the first step of games that have a FIRE action")
     g.add_argument("--atari_max_episode_frames", type=int, default=108_000,
                    help="a game is truncated after this many emulator frames (108000 = 30 min); 0 = no limit")
+    add_backend_params(g)
 
 
 def validate_atari_cfg(cfg: argparse.Namespace) -> None:
@@ -84,6 +88,10 @@ def validate_atari_cfg(cfg: argparse.Namespace) -> None:
     skip = cfg.env_frameskip
     if not isinstance(skip, int) or skip < 1:
         raise ConfigError(f"--env_frameskip={skip} must be a positive integer for Atari")
+    if uses_envpool(cfg):
+        from sfx.envs.envpool.families import atari_options
+
+        atari_options(cfg)
 
 
 def _is_evaluation(cfg: Any) -> bool:
@@ -128,8 +136,17 @@ def served_gym_id(gym_id: str) -> str | None:
     return PREFIX + games[stem] if stem in games else None
 
 
+def make_atari_vector(cfg: Any, env_configs: list[dict]) -> Any:
+    """The family's ``make_vector_fn``: EnvPool's pool under ``--env_backend=envpool``, else None (Python envs)."""
+    if not uses_envpool(cfg):
+        return None
+    from sfx.envs.envpool.families import make_atari_vector as make
+
+    return make(cfg, env_configs)
+
+
 def register_family() -> None:
     """Register the ``atari_`` family (called by the env registry on first use of an ``atari_`` name)."""
     register_env_family(PREFIX, make_atari_env, add_params_fn=add_atari_params,
                         default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_atari_cfg,
-                        gym_id_fn=served_gym_id)
+                        gym_id_fn=served_gym_id, make_vector_fn=make_atari_vector)

@@ -30,6 +30,8 @@ Rewards are MiniGrid's: ``1 - 0.9 * step_count / max_steps`` on success, 0 other
 also give a negative reward, e.g. Dynamic-Obstacles on a collision). Every episode reports
 ``success`` (TensorBoard ``episode/success``, averaged over ``--stats_avg`` episodes): 1 when it ended
 on a terminal step with a positive reward (the goal, or the matching object in Memory), else 0.
+``--env_backend=envpool`` steps each rollout worker split as one EnvPool pool (its C++ MiniGrid and BabyAI, the
+same flat observation; docs/environments/envpool.md).
 MiniGrid's own time limit (``max_steps``, e.g. ``5 * size**2`` = 245 steps in MemoryS7) ends an
 episode as truncated, so the learner bootstraps from it instead of treating it as a terminal state.
 """
@@ -47,6 +49,7 @@ import numpy as np
 from minigrid.core.constants import COLOR_TO_IDX, DIR_TO_VEC, OBJECT_TO_IDX, STATE_TO_IDX
 
 from sfx.errors import ConfigError
+from sfx.envs.envpool import add_backend_params, uses_envpool
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
 from sfx.envs.registry import env_seed, gym_id_stem, register_env_family
 from sfx.envs.wrappers import FrameSkip
@@ -129,6 +132,35 @@ def _listing_order(by_short: dict[str, str]) -> list[str]:
     return sorted(by_short, key=lambda k: (by_short[k].startswith("BabyAI-"), k))
 
 
+
+def flat_view_space(view_shape: tuple[int, int], obs_kind: str) -> gymnasium.spaces.Box:
+    """The flat vector's space for a view of ``view_shape`` cells (see the module docstring)."""
+    cells = int(np.prod(view_shape))
+    if obs_kind == "onehot":
+        return gymnasium.spaces.Box(0, 1, (cells * CELL_SIZE + NUM_DIRECTIONS,), np.uint8)
+    high = max(NUM_OBJECTS, NUM_COLORS, NUM_STATES, NUM_DIRECTIONS) - 1
+    return gymnasium.spaces.Box(0, high, (cells * 3 + 1,), np.uint8)
+
+
+def flat_views(image: np.ndarray, direction: np.ndarray, obs_kind: str) -> np.ndarray:
+    """A batch of MiniGrid views -> flat vectors: ``image`` ``[n, H, W, 3]`` codes and ``direction`` ``[n]`` ->
+    ``uint8 [n, size]`` (one array operation for the whole batch; the Python envs and EnvPool's share it)."""
+    n = len(image)
+    codes = np.asarray(image, dtype=np.int64).reshape(n, -1, 3)
+    direction = np.asarray(direction, dtype=np.int64).reshape(n)
+    if obs_kind == "codes":
+        return np.concatenate([codes.reshape(n, -1), direction[:, None]], axis=1).astype(np.uint8)
+    cells = codes.shape[1]
+    size = cells * CELL_SIZE + NUM_DIRECTIONS
+    out = np.zeros((n, size), np.uint8)
+    # each cell's three codes land in its block of CELL_SIZE (object, then colour, then state offsets)
+    hot = (np.arange(cells, dtype=np.int64) * CELL_SIZE)[None, :, None] + _CODE_OFFSETS + codes
+    rows = np.arange(n, dtype=np.int64)[:, None]
+    out[rows, hot.reshape(n, -1)] = 1
+    out[np.arange(n), size - NUM_DIRECTIONS + direction] = 1
+    return out
+
+
 class MiniGridAgentView(gymnasium.Wrapper):
     """MiniGrid's dict observation -> one flat uint8 vector (see the module docstring), and a
     ``success`` episode statistic.
@@ -142,28 +174,13 @@ class MiniGridAgentView(gymnasium.Wrapper):
         super().__init__(env)
         if obs_kind not in OBS_KINDS:
             raise ValueError(f"obs_kind {obs_kind!r} is not known; allowed: {', '.join(OBS_KINDS)}")
-        image_space = env.observation_space["image"]
-        self.view_shape = tuple(image_space.shape[:2])
+        self.view_shape = tuple(env.observation_space["image"].shape[:2])
         self.obs_kind = obs_kind
-        cells = int(np.prod(self.view_shape))
-        if obs_kind == "onehot":
-            size, high = cells * CELL_SIZE + NUM_DIRECTIONS, 1
-        else:
-            size, high = cells * 3 + 1, max(NUM_OBJECTS, NUM_COLORS, NUM_STATES, NUM_DIRECTIONS) - 1
-        self.observation_space = gymnasium.spaces.Box(0, high, (size,), np.uint8)
-        # the flat index of each cell's three codes in the one-hot block, before adding the codes
-        self._cell_base = (np.arange(cells, dtype=np.int64) * CELL_SIZE)[:, None] + _CODE_OFFSETS
+        self.observation_space = flat_view_space(self.view_shape, obs_kind)
 
     def observation(self, obs: dict) -> np.ndarray:
         """MiniGrid's dict -> the flat vector."""
-        image = np.asarray(obs["image"])
-        direction = int(obs["direction"])
-        if self.obs_kind == "codes":
-            return np.concatenate([image.reshape(-1), [direction]]).astype(np.uint8)
-        out = np.zeros(self.observation_space.shape, np.uint8)
-        out[(self._cell_base + image.reshape(-1, 3)).reshape(-1)] = 1
-        out[-NUM_DIRECTIONS + direction] = 1
-        return out
+        return flat_views(np.asarray(obs["image"])[None], np.asarray([obs["direction"]]), self.obs_kind)[0]
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
         obs, info = self.env.reset(**kwargs)
@@ -186,6 +203,7 @@ def add_minigrid_params(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--minigrid_agent_view_size", type=int, default=None,
                    help="side of the agent's square egocentric view in cells (MiniGrid's agent_view_size: odd, "
                         ">= 3); None = the env's own (7)")
+    add_backend_params(g)
 
 
 def validate_minigrid_cfg(cfg: argparse.Namespace) -> None:
@@ -195,6 +213,10 @@ def validate_minigrid_cfg(cfg: argparse.Namespace) -> None:
     if size is not None and (size < 3 or size % 2 == 0):
         raise ConfigError(f"--minigrid_agent_view_size={size} is not valid; allowed: an odd number >= 3 "
                           f"(or None for the env's own view)")
+    if uses_envpool(cfg):
+        from sfx.envs.envpool.families import minigrid_options
+
+        minigrid_options(cfg)
 
 
 def make_minigrid_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
@@ -218,8 +240,17 @@ def served_gym_id(gym_id: str) -> str | None:
     return None
 
 
+def make_minigrid_vector(cfg: Any, env_configs: list[dict]) -> Any:
+    """The family's ``make_vector_fn``: EnvPool's pool under ``--env_backend=envpool``, else None (Python envs)."""
+    if not uses_envpool(cfg):
+        return None
+    from sfx.envs.envpool.families import make_minigrid_vector as make
+
+    return make(cfg, env_configs)
+
+
 def register_family() -> None:
     """Register the ``minigrid_`` family (called by the registry on first use of a ``minigrid_`` name)."""
     register_env_family(PREFIX, make_minigrid_env, add_params_fn=add_minigrid_params,
                         default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_minigrid_cfg,
-                        gym_id_fn=served_gym_id)
+                        gym_id_fn=served_gym_id, make_vector_fn=make_minigrid_vector)

@@ -4,6 +4,8 @@ Short names map to gymnasium ids (``mujoco_walker`` -> ``Walker2d-v5``); ``MUJOC
 Observations are cast to float32 (gymnasium returns float64) with an exact float32 space, because the
 trainer stores observations in shared memory with the space's dtype. Actions are continuous Boxes: the
 trainer samples a diagonal Gaussian and clips each action to the Box bounds before ``env.step``.
+``--env_backend=envpool`` steps each rollout worker split as one EnvPool pool (its MuJoCo v5 tasks in C++; see
+docs/environments/envpool.md).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import gymnasium
 import numpy as np
 
 from sfx.errors import ConfigError
+from sfx.envs.envpool import add_backend_params, uses_envpool
 from sfx.envs.gym import make_gymnasium_as_agent
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
 from sfx.envs.registry import gym_id_stem, register_env_family
@@ -117,6 +120,7 @@ def add_mujoco_params(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("mujoco_ envs")
     g.add_argument("--mujoco_max_episode_steps", type=int, default=None,
                    help="time limit in env steps (episode truncated); None = the task's own limit (1000 for most)")
+    add_backend_params(g)
 
 
 def validate_mujoco_cfg(cfg: argparse.Namespace) -> None:
@@ -125,6 +129,10 @@ def validate_mujoco_cfg(cfg: argparse.Namespace) -> None:
     limit = cfg.mujoco_max_episode_steps
     if limit is not None and limit <= 0:
         raise ConfigError(f"--mujoco_max_episode_steps={limit} must be a positive integer (or None)")
+    if uses_envpool(cfg):
+        from sfx.envs.envpool.families import mujoco_options
+
+        mujoco_options(cfg)
 
 
 def make_mujoco_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
@@ -141,9 +149,18 @@ def served_gym_id(gym_id: str) -> str | None:
     return PREFIX + stem if stem in MUJOCO_ENVS else None
 
 
+def make_mujoco_vector(cfg: Any, env_configs: list[dict]) -> Any:
+    """The family's ``make_vector_fn``: EnvPool's pool under ``--env_backend=envpool``, else None (Python envs)."""
+    if not uses_envpool(cfg):
+        return None
+    from sfx.envs.envpool.families import make_mujoco_vector as make
+
+    return make(cfg, env_configs)
+
+
 def register_family() -> None:
     """Register the ``mujoco_`` family (called by the registry on first use of a ``mujoco_`` name)."""
     register_env_family(PREFIX, make_mujoco_env, add_params_fn=add_mujoco_params,
                         default_overrides=DEFAULT_OVERRIDES, agent_defaults=agent_defaults,
                         validate_fn=validate_mujoco_cfg,
-                        gym_id_fn=served_gym_id)
+                        gym_id_fn=served_gym_id, make_vector_fn=make_mujoco_vector)
