@@ -63,6 +63,10 @@ setup(
         # before 0.26: gfootball 2.10.2's wrappers use the old reset (obs, not obs and info); six: undeclared
         "football": ["gym>=0.22,<0.26", "pygame-ce>=2.4.0", "scipy", "psutil", "absl-py", "six",
                      "opencv-python-headless"],
+        # --env_backend=envpool (atari_, mujoco_, minigrid_) and the procgen_ family, whose only backend it is; EnvPool's
+        # Procgen also needs the system Qt 5 runtime (scripts/install_qt5.sh). 1.2.5: what sfx.envs.envpool's
+        # translation was measured against (docs/environments/envpool.md)
+        "envpool": ["envpool>=1.2.5"],
         # --with_wandb (reinit="create_new" needs a recent wandb; tested with 0.31.0)
         "wandb": ["wandb>=0.19.10"],
         # python -m sfx.export --format=onnx (and onnxruntime to run the exported file)
@@ -73,7 +77,7 @@ setup(
         "test": ["pytest", "pytest-timeout", "pygame-ce>=2.4.0",
                  "mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8",
                  "vizdoom>=1.3", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
-                 "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy"],
+                 "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy", "envpool>=1.2.5"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -66,3 +66,6 @@ if "$PY" -c 'import importlib.metadata as m; m.version("pygame")' >/dev/null 2>&
         exit 1
     fi
 fi
+
+# the system Qt 5 runtime EnvPool's Procgen needs (procgen_ envs); says why not where it cannot install it
+scripts/install_qt5.sh

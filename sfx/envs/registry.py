@@ -142,7 +142,7 @@ FAMILY_PACKAGES: dict[str, OptionalPackage] = {
     "minigrid_": OptionalPackage("minigrid", "minigrid", "minigrid", "2.3"),
     "pettingzoo_": OptionalPackage("pettingzoo", "pettingzoo", "pettingzoo", "1.27"),
     # Procgen's only backend is EnvPool (sfx.envs.procgen)
-    "procgen_": OptionalPackage("envpool", "envpool", "envpool", "1.2"),
+    "procgen_": OptionalPackage("envpool", "envpool", "envpool", "1.2.5"),
 }
 
 

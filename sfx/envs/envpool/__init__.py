@@ -24,7 +24,7 @@ from sfx.errors import ConfigError
 
 BACKENDS = ("python", "envpool")
 EXTRA = "envpool"
-MINIMUM = "1.2"
+MINIMUM = "1.2.5"
 
 
 def add_backend_params(group: Any, choices: tuple[str, ...] = BACKENDS, default: str = "python") -> None:
