@@ -129,11 +129,14 @@ class StepTimedEnv:
     def step(self, actions: Any) -> Any:
         start = time.perf_counter()
         out = self.env.step(actions)
-        end = time.perf_counter()
-        self._pending.append(end - start)
-        if end - self._last_flush > self.FLUSH_EVERY_SEC:
-            self.flush()
+        self.record(time.perf_counter() - start)
         return out
+
+    def record(self, seconds: float) -> None:
+        """One step's duration (folded into the shared histogram about once a second)."""
+        self._pending.append(seconds)
+        if time.perf_counter() - self._last_flush > self.FLUSH_EVERY_SEC:
+            self.flush()
 
     def flush(self) -> None:
         self._last_flush = time.perf_counter()
@@ -147,22 +150,59 @@ class StepTimedEnv:
 
     def close(self) -> None:
         self.flush()
-        self.env.close()
+        if self.env is not None:
+            self.env.close()
 
 
-class StepTimedMakeEnv:
-    """The rollout workers' env factory in the dummy sampler: ``sfx.envs.make_env``, timed. It travels
-    to the worker processes inside the wiring (its shared tensors go by handle, not by copy)."""
+class StepTimedVectors:
+    """The rollout workers' vector factory in the dummy sampler (see :mod:`sfx.envs.vector`), timed. Python
+    envs are timed one by one (each env's ``step``); a native vector (EnvPool) is timed per call, each of its
+    envs getting the call's time divided by the number of envs (what one env step costs in the pool). It
+    travels to the worker processes inside the wiring (its shared tensors go by handle, not by copy)."""
 
     def __init__(self, step_times: StepTimes) -> None:
         self.step_times = step_times
 
-    def __call__(self, cfg: Any, env_config: dict | None = None, render_mode: str | None = None) -> StepTimedEnv:
-        from sfx.envs import make_env
+    def _row(self, env_config: dict) -> tuple[np.ndarray, np.ndarray]:
+        row = int(env_config.get("env_id", 0))
+        return self.step_times.counts[row].numpy(), self.step_times.totals[row].numpy()
 
-        env = make_env(cfg, env_config, render_mode)
-        row = int((env_config or {}).get("env_id", 0))
-        return StepTimedEnv(env, self.step_times.counts[row].numpy(), self.step_times.totals[row].numpy())
+    def __call__(self, cfg: Any, env_configs: list[dict], name: str = "envs") -> Any:
+        from sfx.envs import make_env
+        from sfx.envs.vector import PythonVectorEnv, native_vector_env
+
+        native = native_vector_env(cfg, env_configs)
+        if native is not None:
+            return StepTimedVector(native, [self._row(c) for c in env_configs])
+        return PythonVectorEnv(lambda e: StepTimedEnv(make_env(cfg, env_configs[e]), *self._row(env_configs[e])),
+                               len(env_configs), name=name)
+
+
+class StepTimedVector:
+    """A native vector whose ``step`` calls are timed (see :class:`StepTimedVectors`); everything else is the
+    vector's own."""
+
+    def __init__(self, vector: Any, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.vector = vector
+        self.timed = [StepTimedEnv(None, counts, totals) for counts, totals in rows]
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "vector":  # before __init__ ran: no recursion
+            raise AttributeError(name)
+        return getattr(self.vector, name)
+
+    def step(self, actions: Any) -> Any:
+        start = time.perf_counter()
+        out = self.vector.step(actions)
+        per_env = (time.perf_counter() - start) / len(self.timed)
+        for timed in self.timed:
+            timed.record(per_env)
+        return out
+
+    def close(self) -> None:
+        for timed in self.timed:
+            timed.flush()
+        self.vector.close()
 
 
 def _fmt_sec(seconds: float) -> str:
@@ -318,7 +358,7 @@ def run_sampler(cfg: Any) -> dict:
     step_times = StepTimes(cfg.num_workers * envs_per_worker)
     # no learner: finished trajectories go to the random policy worker, which frees their slots
     w = wire(cfg, env_info, model, serial=cfg.serial_mode, components=sampler_components, with_learners=False,
-             make_env_fn=StepTimedMakeEnv(step_times))
+             make_vector_fn=StepTimedVectors(step_times))
     del model
     runtime = SerialRuntime(w, torch.device("cpu")) if cfg.serial_mode else ProcessRuntime(w)
     log.info("dummy sampler: %s, %d workers x %d envs x %d agents, frameskip %d, random actions; stops after %s",

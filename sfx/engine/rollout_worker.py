@@ -3,37 +3,35 @@
 Double buffering: while one group's envs step on this CPU, the policy worker computes actions for
 the other group, so neither the env nor the network waits for the other.
 
-The worker never sees the model. Per step it writes observations into the agent's trajectory slot
-in shared memory and sends the policy worker of the agent's policy only ``(slot, t)`` indices; the
-policy worker writes the action back into the same slot and answers with a count.
+Each split steps as one vector (:mod:`sfx.envs.vector`: the family's Python envs one after the other, or a
+native pool such as EnvPool), and the whole split's observations, rewards and flags go into the agents'
+trajectory slots with a few array operations: no Python runs per agent on a step where no episode or
+trajectory ends. The rare events (an episode or trajectory end, a policy switch, a crashed env) are handled
+per agent.
+
+The worker never sees the model. It sends the policy worker of each agent's policy only ``(slot, t)``
+indices; the policy worker writes the action back into the same slot and answers with a count.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import traceback
 from typing import Any
 
 import gymnasium
 import numpy as np
 
-from sfx.algo.distributions import action_to_env
 from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, tree_map
 from sfx.engine.component import Component
 from sfx.engine.protocol import ACT, REQ, RESEND, ROLLOUT, SHAPING, TRAJ
-from sfx.engine.protocol import REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS  # noqa: F401
 from sfx.engine.queues import Empty
 from sfx.envs.registry import env_seed
+from sfx.envs.vector import VectorEnv, VectorStep, env_task_id, make_vector_env  # noqa: F401 (env_task_id: the evaluator's)
 from sfx.models.obs import BOX_KEY, EXTRA_KEYS, PREV_ACTION_KEY, PREV_REWARD_KEY
 
 log = logging.getLogger(__name__)
-
-
-def env_task_id(env: Any) -> int:
-    """The task of ``env`` (its ``task_id`` when it names its tasks, see sfx.envs); 0 for a single task."""
-    return int(getattr(env, "task_id", 0)) if getattr(env, "task_names", None) else 0
 
 
 class RolloutWorker(Component):
@@ -48,7 +46,7 @@ class RolloutWorker(Component):
     def __init__(self, cfg: Any, worker_idx: int, num_agents_per_env: int,
                  traj_buffers: list[TrajectoryBuffers], agent_buffers: AgentBuffers,
                  free_slot_queues: list, policy_queues: list, learner_queues: list,
-                 report_queue: Any, make_env_fn, slot_owners: list | None = None, incarnation: int = 0,
+                 report_queue: Any, make_vector_fn=None, slot_owners: list | None = None, incarnation: int = 0,
                  initial_rnn_state: Any = None, gate: Any = None) -> None:
         self.cfg = cfg
         # --batches_ahead: a split whose agents start new trajectories waits while the rank's workers are that
@@ -67,7 +65,9 @@ class RolloutWorker(Component):
         self.policy_queues = policy_queues
         self.learner_queues = learner_queues
         self.report_queue = report_queue
-        self.make_env_fn = make_env_fn
+        # (cfg, env_configs, name) -> VectorEnv: one per split (sfx.envs.vector.make_vector_env unless the caller
+        # times or replaces the envs, as the dummy sampler does)
+        self.make_vector_fn = make_vector_fn or make_vector_env
 
         self.num_envs = cfg.num_envs_per_worker
         self.num_splits = cfg.worker_num_splits
@@ -108,7 +108,7 @@ class RolloutWorker(Component):
         seed = cfg.seed if cfg.seed is not None else None
         self.rng = np.random.default_rng(None if seed is None else seed * 1000 + worker_idx)
 
-        self.envs: list = []
+        self.vectors: list[VectorEnv] = []  # one per split
         self.awaiting = np.zeros(self.num_splits, dtype=np.int64)  # rows still without actions
         self.asked_at = np.zeros(self.num_splits)  # when each split's requests went out (round-trip latency)
         # finished trajectories per split, (policy, slot): ready ones go to the learner as soon as the split's step
@@ -138,36 +138,40 @@ class RolloutWorker(Component):
             deadline = time.time() + delay
             while time.time() < deadline and not self.should_stop():
                 time.sleep(min(0.1, max(0.0, deadline - time.time())))
-        for e in range(self.num_envs):
-            env_id = self.worker_idx * self.num_envs + e
-            env = self.make_env_fn(cfg, {"worker_index": self.worker_idx, "vector_index": e,
-                                         "env_id": env_id})
-            if env.num_agents != self.num_agents_per_env:
-                raise RuntimeError(f"env {cfg.env} made {env.num_agents} agents in worker "
+        for split in range(self.num_splits):
+            configs = [self._env_config(e) for e in self._split_envs(split)]
+            vector = self.make_vector_fn(cfg, configs, f"rollout worker {self.worker_idx} split {split}")
+            self.vectors.append(vector)
+            if vector.num_agents != self.num_agents_per_env:
+                raise RuntimeError(f"env {cfg.env} made {vector.num_agents} agents in worker "
                                    f"{self.worker_idx}, expected {self.num_agents_per_env}")
-            self.envs.append(env)
-            self.env_task[e] = env_task_id(env)
-        self.action_space = self.envs[0].action_space
-        self.box_obs = not isinstance(self.envs[0].observation_space, gymnasium.spaces.Dict)
+            self.env_task[self._split_envs(split)] = vector.task_ids
+        self.action_space = self.vectors[0].action_space
+        self.box_obs = not isinstance(self.vectors[0].observation_space, gymnasium.spaces.Dict)
         self.prev_action_offset = 0.0 if isinstance(self.action_space, gymnasium.spaces.Box) else 1.0
 
         for a in range(len(self.slot)):
             self.policy[a] = self._pick_policy(a)
             self._apply_shaping(a)
-        for e, env in enumerate(self.envs):
-            env_id = self.worker_idx * self.num_envs + e
-            obs, _ = env.reset(seed=env_seed(cfg, {"env_id": env_id}))
-            for j in range(self.num_agents_per_env):
-                a = e * self.num_agents_per_env + j
+        for split, vector in enumerate(self.vectors):
+            obs = vector.reset([env_seed(cfg, self._env_config(e)) for e in self._split_envs(split)])
+            for i, a in enumerate(self._split_agents(split)):
                 slot = self._acquire_slot(self.policy[a], a)
                 if slot is None:
                     return
                 self.slot[a], self.t[a] = slot, 0
                 p = self.policy[a]
-                self._write_obs(self.np[p]["obs"], (slot, 0), obs[j])
+                self._write_obs(self.np[p]["obs"], (slot, 0), _row(obs, i))
                 self.np[p]["rnn_states"][slot, 0] = self.init_rnn
         for s in range(self.num_splits):
             self._send_requests(s)
+
+    def _env_config(self, e: int) -> dict:
+        """Env ``e`` of this worker: its index here and its global id (its seed is ``cfg.seed + env_id``)."""
+        return {"worker_index": self.worker_idx, "vector_index": e, "env_id": self.worker_idx * self.num_envs + e}
+
+    def _split_envs(self, split: int) -> range:
+        return range(split * self.envs_per_split, (split + 1) * self.envs_per_split)
 
     def _pick_policy(self, a: int) -> int:
         """A policy for agent ``a``'s next episode: uniformly at random, or with
@@ -184,9 +188,9 @@ class RolloutWorker(Component):
 
     def _apply_shaping(self, a: int) -> None:
         weights = self.policy_shaping.get(int(self.policy[a]))
-        if weights is not None and self.envs:
-            e, j = divmod(a, self.num_agents_per_env)
-            self.envs[e].set_reward_shaping(dict(weights), j)
+        if weights is not None and self.vectors:
+            split, i = divmod(a, self.agents_per_split)
+            self.vectors[split].set_reward_shaping(dict(weights), i)
 
     def set_policy_shaping(self, policy: int, weights: dict) -> None:
         """PBT: the reward-shaping weights of ``policy``, for every agent playing it now or later."""
@@ -259,8 +263,8 @@ class RolloutWorker(Component):
 
     def _advance_split(self, split: int) -> None:
         self._flush_sends(self.pending_sends[split])
+        agents = self._split_agents(split)
         if self.gate is not None:
-            agents = self._split_agents(split)
             starting = int((self.t[agents.start:agents.stop] == 0).sum())
             if starting:
                 # only a whole round waits: then every trajectory its agents started is finished and sent (it
@@ -271,111 +275,125 @@ class RolloutWorker(Component):
                     self.read_timeout_sec = 0.002
                     return
                 self.gate.count(self.worker_idx, starting)
-        nap = self.num_agents_per_env
-        first_env = split * self.envs_per_split
-        clock = time.perf_counter
-        env_sec = 0.0
-        for e in range(first_env, first_env + self.envs_per_split):
-            env = self.envs[e]
-            base = e * nap
-            actions = []
-            for j in range(nap):
-                a = base + j
-                actions.append(action_to_env(self.action_space,
-                                             self.np[self.policy[a]]["actions"][self.slot[a], self.t[a]]))
-            t0 = clock()
-            try:
-                obs, rewards, terminated, truncated, infos = env.step(actions)
-            except Exception:  # noqa: BLE001 - an env crash costs its episode, not the run
-                obs, rewards, terminated, truncated, infos = self._replace_crashed_env(e, traceback.format_exc())
-            env_sec += clock() - t0
-            for j in range(nap):
-                self._record_step(base + j, obs[j], rewards[j], terminated[j], truncated[j], infos[j])
-        perf.current().add("env_step", env_sec)
+        sl = slice(agents.start, agents.stop)
+        groups = self._policy_groups(sl)
+        actions = self._gather_actions(sl, groups)
+        vector = self.vectors[split]
+        errors_before = vector.env_errors
+        t0 = time.perf_counter()
+        step = vector.step(actions)
+        perf.current().add("env_step", time.perf_counter() - t0)
+        if vector.env_errors != errors_before:
+            self.env_errors += vector.env_errors - errors_before
+            self.last_env_error = vector.last_env_error
+            self.env_task[self._split_envs(split)] = vector.task_ids  # a re-made env may play another task
         self.env_steps += self.agents_per_split
+        self._record_split(sl, groups, actions, step)
         if self.stopped:
             return
         self._send_requests(split)
         self._flush_sends(self.ready_sends[split])
         self._maybe_report()
 
-    def _make_env(self, e: int):
-        env_id = self.worker_idx * self.num_envs + e
-        return self.make_env_fn(self.cfg, {"worker_index": self.worker_idx, "vector_index": e, "env_id": env_id})
+    def _policy_groups(self, sl: slice) -> list[tuple[int, np.ndarray | None]]:
+        """The policies of agents ``sl`` with the mask of each one's agents (None: every agent is that policy's)."""
+        policies = self.policy[sl]
+        first = int(policies[0])
+        if self.num_policies == 1 or (policies == first).all():
+            return [(first, None)]
+        return [(int(p), policies == p) for p in np.unique(policies)]
 
-    def _replace_crashed_env(self, e: int, error: str, attempts: int = 3) -> tuple:
-        """Env ``e`` raised in ``step``: close it, make a new one, reset it. Its agents' episodes are
-        dropped: this step is recorded as inactive (not trained on) and terminal (nothing is
-        bootstrapped across the crash), with no episode statistics. Counted as ``env_errors``."""
-        self.env_errors += 1
-        self.last_env_error = error.strip().splitlines()[-1] if error.strip() else None
-        log.error("rollout worker %d: env %d crashed (%d env errors so far); recreating it, its episode is "
-                  "dropped:\n%s", self.worker_idx, e, self.env_errors, error)
-        try:
-            self.envs[e].close()
-        except Exception:  # noqa: BLE001 - a crashed env may not close cleanly; the new one matters
-            log.warning("rollout worker %d: closing crashed env %d failed too", self.worker_idx, e)
-        last: Exception | None = None
-        for attempt in range(attempts):
-            try:
-                env = self._make_env(e)
-                obs, _ = env.reset()
-                break
-            except Exception as exc:  # noqa: BLE001
-                last = exc
-                log.warning("rollout worker %d: recreating env %d failed (attempt %d/%d): %r", self.worker_idx, e,
-                            attempt + 1, attempts, exc)
-                time.sleep(1.0)
-        else:
-            raise RuntimeError(f"env {e} of rollout worker {self.worker_idx} crashed and could not be recreated "
-                               f"in {attempts} attempts: {last!r}")
-        self.envs[e] = env
-        self.env_task[e] = env_task_id(env)
-        n = self.num_agents_per_env
-        return obs, [0.0] * n, [True] * n, [False] * n, [{"is_active": False} for _ in range(n)]
+    def _gather_actions(self, sl: slice, groups: list) -> np.ndarray:
+        """The actions the policy workers wrote for agents ``sl``: ``[n, k]`` rows as the slots store them."""
+        slots, ts = self.slot[sl], self.t[sl]
+        if groups[0][1] is None:
+            return self.np[groups[0][0]]["actions"][slots, ts]
+        actions = np.empty((sl.stop - sl.start, *self.np[0]["actions"].shape[2:]), dtype=self.np[0]["actions"].dtype)
+        for p, mask in groups:
+            actions[mask] = self.np[p]["actions"][slots[mask], ts[mask]]
+        return actions
 
-    def _record_step(self, a: int, obs, reward, terminated: bool, truncated: bool, info: dict) -> None:
+    def _record_split(self, sl: slice, groups: list, actions: np.ndarray, step: VectorStep) -> None:
+        """Write one step of agents ``sl`` into their slots: rewards and flags at ``t``, the next observation at
+        ``t + 1``, with array operations; then, per agent, what is rare (an episode or trajectory end)."""
+        slots, ts = self.slot[sl], self.t[sl]
+        next_ts = ts + 1
+        terminated = step.terminated
+        time_limit = step.truncated & ~terminated
+        done = terminated | step.truncated
+        any_done = bool(done.any())
+        prev_action = prev_reward = None
+        if self.prev_action_reward:  # what led to the next observation; none where a new episode starts
+            prev_action = actions + self.prev_action_offset
+            prev_reward = step.rewards.astype(np.float32, copy=True)
+            if any_done:
+                prev_action[done] = 0.0
+                prev_reward[done] = 0.0
+        for p, mask in groups:
+            buf = self.np[p]
+            at_s, at_t, at_next = (slots, ts, next_ts) if mask is None else (slots[mask], ts[mask], next_ts[mask])
+            pick = _all if mask is None else (lambda x, m=mask: x[m])
+            buf["rewards"][at_s, at_t] = pick(step.rewards)
+            buf["terminated"][at_s, at_t] = pick(terminated)
+            buf["truncated"][at_s, at_t] = pick(time_limit)
+            # multi-agent envs mark agents that sit out (e.g. dead, waiting to respawn): not trained on
+            buf["active"][at_s, at_t] = True if step.active is None else pick(step.active)
+            obs_dst = buf["obs"]
+            if self.box_obs:
+                obs_dst[BOX_KEY][at_s, at_next] = pick(step.obs)
+            else:
+                for k in self.obs_keys:
+                    obs_dst[k][at_s, at_next] = pick(step.obs[k])
+            if prev_action is not None:
+                obs_dst[PREV_ACTION_KEY][at_s, at_next] = pick(prev_action)
+                obs_dst[PREV_REWARD_KEY][at_s, at_next] = pick(prev_reward)[:, None]
+        first = sl.start
+        if any_done:
+            for i in np.flatnonzero(done).tolist():
+                self._episode_end(first + i, step.events.get(i), bool(time_limit[i]), actions[i], step.rewards[i])
+        self.t[sl] = next_ts
+        # trajectories that are complete, and (several policies) episodes whose next one is another policy's
+        ends = np.flatnonzero(next_ts >= self.rollout) if self.rollout <= int(next_ts.max()) else ()
+        switches = np.flatnonzero(done & self.repick_policy[sl]) if any_done and self.num_policies > 1 else ()
+        for i in sorted(set(ends) | set(switches)) if len(switches) else ends:
+            self._trajectory_event(first + int(i), done[i])
+            if self.stopped:
+                return
+
+    def _episode_end(self, a: int, event, time_limit: bool, action: np.ndarray, reward: float) -> None:
+        """Agent ``a``'s episode ended on its step ``t`` (its next observation, already written at ``t + 1``,
+        starts the next episode): statistics, the time limit's bootstrap, the core's state reset."""
         p, slot, t = self.policy[a], self.slot[a], self.t[a]
         buf = self.np[p]
-        buf["rewards"][slot, t] = reward
-        buf["terminated"][slot, t] = terminated
-        buf["truncated"][slot, t] = truncated and not terminated
-        # multi-agent envs mark agents that sit out (e.g. dead, waiting to respawn): not trained on
-        buf["active"][slot, t] = info.get("is_active", True)
-        done = terminated or truncated
-        # rnn_states[slot, t+1] was written by the policy worker together with the action
-        if done:
-            episode = info.get("episode")
-            if episode is not None:
-                self.episode_stats.append({"policy": int(p), "task": int(self.env_task[a // self.num_agents_per_env]),
-                                           **episode})
-            if truncated and not terminated:
-                # the learner bootstraps from V(final obs); the policy worker computes it with
-                # the state the episode would have continued with
-                g = self.agent_offset + a
-                self._write_obs(self.final_obs, g, info["final_obs"], buf["actions"][slot, t], reward)
-                self.final_rnn[g] = buf["rnn_states"][slot, t + 1]
-                self.trunc_slot[a], self.trunc_t[a] = slot, t
-                if "final_obs" in buf:
-                    # the agent's rule keeps it in the slot: a target computed later, with other weights,
-                    # bootstraps from the state the episode would have continued from
-                    self._write_obs(buf["final_obs"], (slot, t), info["final_obs"], buf["actions"][slot, t], reward)
-            buf["rnn_states"][slot, t + 1] = self.init_rnn
-            if self.num_policies > 1:
-                self.repick_policy[a] = True
-        # what led to this observation (--use_prev_action_reward only: no array view per step otherwise)
-        prev = (buf["actions"][slot, t], reward) if self.prev_action_reward and not done else (None, 0.0)
-        t += 1
-        self._write_obs(buf["obs"], (slot, t), obs, *prev)
-        if t < self.rollout:
-            if done and self.repick_policy[a]:
-                self.repick_policy[a] = False
-                new_p = self._pick_policy(a)
-                if new_p != p:
-                    # the next episode belongs to another policy: this trajectory ends here
-                    self._switch_policy_early(a, int(p), int(slot), t, new_p, obs)
-                    return
-            self.t[a] = t
+        if event is not None and event.episode is not None:
+            self.episode_stats.append({"policy": int(p), "task": int(self.env_task[a // self.num_agents_per_env]),
+                                       **event.episode})
+        if time_limit:
+            # the learner bootstraps from V(final obs); the policy worker computes it with the state the episode
+            # would have continued with
+            g = self.agent_offset + a
+            self._write_obs(self.final_obs, g, event.final_obs, action, reward)
+            self.final_rnn[g] = buf["rnn_states"][slot, t + 1]
+            self.trunc_slot[a], self.trunc_t[a] = slot, t
+            if "final_obs" in buf:
+                # the agent's rule keeps it in the slot: a target computed later, with other weights,
+                # bootstraps from the state the episode would have continued from
+                self._write_obs(buf["final_obs"], (slot, t), event.final_obs, action, reward)
+        # rnn_states[slot, t + 1] was written by the policy worker together with the action
+        buf["rnn_states"][slot, t + 1] = self.init_rnn
+        if self.num_policies > 1:
+            self.repick_policy[a] = True
+
+    def _trajectory_event(self, a: int, done: bool) -> None:
+        """Agent ``a`` (its step recorded, ``t`` advanced) filled its trajectory, or ended an episode whose
+        successor may be another policy's: move it to a new slot where needed."""
+        p, slot, t = int(self.policy[a]), int(self.slot[a]), int(self.t[a])
+        if t < self.rollout:  # an episode ended and the agent drew its next policy
+            self.repick_policy[a] = False
+            new_p = self._pick_policy(a)
+            if new_p != p:
+                # the next episode belongs to another policy: this trajectory ends here
+                self._switch_policy_early(a, p, slot, t, new_p)
             return
         # trajectory complete: obs[T] and rnn_states[T] bootstrap it and start the next one
         new_p = p
@@ -385,19 +403,19 @@ class RolloutWorker(Component):
         new_slot = self._acquire_slot(new_p, a)
         if new_slot is None:
             return
-        nbuf = self.np[new_p]
-        self._write_obs(nbuf["obs"], (new_slot, 0), obs, *prev)
+        buf, nbuf = self.np[p], self.np[new_p]
+        self._copy_obs(buf["obs"], (slot, t), nbuf["obs"], (new_slot, 0))
         continues = new_p == p and not done
         nbuf["rnn_states"][new_slot, 0] = buf["rnn_states"][slot, t] if continues else self.init_rnn
         if continues and self.memory is not None:
             # the policy worker wrote step t - 1's entry before it answered
             nbuf["memory"][new_slot] = self.memory[self.agent_offset + a]
-        self._finished(a, int(p), int(slot))
+        self._finished(a, p, slot)
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
         if new_p != p:
             self._apply_shaping(a)
 
-    def _switch_policy_early(self, a: int, p: int, slot: int, t: int, new_p: int, obs) -> None:
+    def _switch_policy_early(self, a: int, p: int, slot: int, t: int, new_p: int) -> None:
         """Agent ``a``'s episode ended at step ``t - 1`` and its next one is ``new_p``'s: steps ``t..T-1``
         of this slot are padding (inactive, terminal, zero reward: the learner neither trains on them nor
         bootstraps through them) and the new episode starts at step 0 of a slot of ``new_p``."""
@@ -411,11 +429,18 @@ class RolloutWorker(Component):
         if new_slot is None:
             return
         nbuf = self.np[new_p]
-        self._write_obs(nbuf["obs"], (new_slot, 0), obs)
+        # an episode's first observation (its previous action and reward, if stored, are zeros)
+        self._copy_obs(buf["obs"], (slot, t), nbuf["obs"], (new_slot, 0))
         nbuf["rnn_states"][new_slot, 0] = self.init_rnn
         self._finished(a, p, slot)
         self.policy[a], self.slot[a], self.t[a] = new_p, new_slot, 0
         self._apply_shaping(a)
+
+    @staticmethod
+    def _copy_obs(src: dict, src_index: tuple, dst: dict, dst_index: tuple) -> None:
+        """The observation (and previous action and reward, where stored) at ``src_index`` to ``dst_index``."""
+        for k, v in src.items():
+            dst[k][dst_index] = v[src_index]
 
     def _write_obs(self, dst: dict, index, obs, prev_action=None, prev_reward: float = 0.0) -> None:
         """An observation into ``dst`` at ``index``; with --use_prev_action_reward also the action and
@@ -435,13 +460,12 @@ class RolloutWorker(Component):
 
     def _send_requests(self, split: int) -> None:
         agents = self._split_agents(split)
-        rows_by_policy: dict[int, list] = {}
-        for a in agents:
-            row = (self.slot[a], self.t[a], self.trunc_slot[a], self.trunc_t[a], self.agent_offset + a)
-            rows_by_policy.setdefault(int(self.policy[a]), []).append(row)
-            self.trunc_slot[a] = self.trunc_t[a] = -1
+        sl = slice(agents.start, agents.stop)
+        rows = np.stack([self.slot[sl], self.t[sl], self.trunc_slot[sl], self.trunc_t[sl],
+                         np.arange(self.agent_offset + agents.start, self.agent_offset + agents.stop)], axis=1)
+        self.trunc_slot[sl] = self.trunc_t[sl] = -1
         self.awaiting[split] = len(agents)
-        self.last_requests[split] = {p: np.asarray(rows, dtype=np.int64) for p, rows in rows_by_policy.items()}
+        self.last_requests[split] = {p: (rows if mask is None else rows[mask]) for p, mask in self._policy_groups(sl)}
         self._put_requests(split)
 
     def _put_requests(self, split: int) -> None:
@@ -511,9 +535,18 @@ class RolloutWorker(Component):
     def close(self) -> None:
         self.stopped = True
         self._maybe_report(force=True)
-        for env in self.envs:
+        for vector in self.vectors:
             try:
-                env.close()
+                vector.close()
             except Exception:  # an env failing to close must not hide the real shutdown
-                log.exception("env close failed in rollout worker %d", self.worker_idx)
-        self.envs = []
+                log.exception("closing the envs of rollout worker %d failed", self.worker_idx)
+        self.vectors = []
+
+
+def _all(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _row(obs, i: int):
+    """Agent ``i``'s observation in a vector's batch (an array, or a dict of arrays)."""
+    return {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]

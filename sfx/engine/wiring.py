@@ -76,7 +76,7 @@ class Wiring:
     report_queue: Any                      # everything -> coordinator
     components: tuple[ComponentSpec, ...] = ()
     env_family: Any = None                 # registered again in each worker process
-    make_env_fn: Any = None                # rollout workers' env factory; None = sfx.envs.make_env
+    make_vector_fn: Any = None             # rollout workers' (cfg, env_configs, name) -> VectorEnv; None = sfx.envs.vector's
     ranks: Any = None                      # this rank's RankInfo (sfx.engine.ranks); None = a single rank
     eval_queue: Any = None                 # EVALUATE requests -> the evaluator (--eval_every_env_steps > 0)
     agent: type[Agent] | None = None       # --algo's agent (travels to worker processes by reference)
@@ -167,12 +167,11 @@ def probe_env(cfg: Any) -> EnvInfo:
 
 def build_rollout_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
     from sfx.engine.rollout_worker import RolloutWorker
-    from sfx.envs import make_env
 
     # slot_owners: which slots it holds, so a restart can give back a dead worker's slots;
     # incarnation: a restarted worker's requests carry a new generation (stale answers are ignored)
     return RolloutWorker(w.cfg, spec.index, w.env_info.num_agents, list(w.traj), w.agents, list(w.free_slots),
-                         list(w.policy_queues), list(w.learner_queues), w.report_queue, w.make_env_fn or make_env,
+                         list(w.policy_queues), list(w.learner_queues), w.report_queue, w.make_vector_fn,
                          slot_owners=list(w.slot_owners), incarnation=incarnation,
                          initial_rnn_state=w.agents.initial_rnn, gate=w.gate)
 
@@ -267,7 +266,7 @@ def rollout_worker_specs(w: Wiring) -> tuple[ComponentSpec, ...]:
 
 def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
          components: Callable[[Wiring], tuple[ComponentSpec, ...]] = training_components,
-         largest_batch_size: int | None = None, with_learners: bool = True, make_env_fn: Any = None,
+         largest_batch_size: int | None = None, with_learners: bool = True, make_vector_fn: Any = None,
          ranks: Any = None) -> Wiring:
     """Allocate shared memory and queues and list the components that use them.
 
@@ -343,7 +342,7 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
                learner_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_policies)),
                rollout_inboxes=tuple(queue(INBOX_QUEUE_BYTES) for _ in range(cfg.num_workers)),
                rollout_control=tuple(queue(CONTROL_QUEUE_BYTES) for _ in range(cfg.num_workers)),
-               report_queue=queue(), env_family=_portable_family(cfg.env), make_env_fn=make_env_fn, ranks=ranks,
+               report_queue=queue(), env_family=_portable_family(cfg.env), make_vector_fn=make_vector_fn, ranks=ranks,
                eval_queue=(queue(CONTROL_QUEUE_BYTES) if with_learners and cfg.eval_every_env_steps > 0
                            and (ranks is None or ranks.is_main) else None), agent=_portable_agent(agent),
                gate=collection_gate(cfg, agent, arena, num_agents_total) if with_learners and not serial else None,

@@ -168,7 +168,7 @@ class PythonVectorEnv(VectorEnv):
                 raise RuntimeError(f"{name}: env {e} has {env.num_agents} agents, env 0 has {self.num_agents}")
         self.observation_space = first.observation_space
         self.action_space = first.action_space
-        self.task_ids = np.array([_task_id(env) for env in self.envs], dtype=np.int64)
+        self.task_ids = np.array([env_task_id(env) for env in self.envs], dtype=np.int64)
         n = self.num_agents_total
         self._obs = _batch_buffer(self.observation_space, n)
         self._rewards = np.zeros(n, dtype=np.float32)
@@ -251,7 +251,7 @@ class PythonVectorEnv(VectorEnv):
             raise RuntimeError(f"env {e} of {self.name} crashed and could not be recreated in {self.attempts} "
                                f"attempts: {last!r}")
         self.envs[e] = env
-        self.task_ids[e] = _task_id(env)
+        self.task_ids[e] = env_task_id(env)
         nap = self.num_agents
         for j in range(nap):
             a = e * nap + j
@@ -278,27 +278,29 @@ class PythonVectorEnv(VectorEnv):
         self.envs = []
 
 
-def _task_id(env: Any) -> int:
+def env_task_id(env: Any) -> int:
     """The task of ``env`` (its ``task_id`` when it names its tasks, see sfx.envs); 0 for a single task."""
     return int(getattr(env, "task_id", 0)) if getattr(env, "task_names", None) else 0
 
 
 # ------------------------------------------------------------------------------------ the seam
 
-def make_vector_env(cfg: Any, env_configs: list[dict], make_env_fn: Callable | None = None,
-                    name: str = "envs") -> VectorEnv:
-    """The vector for envs ``env_configs`` (one dict each: ``worker_index``, ``vector_index``, ``env_id``).
+def native_vector_env(cfg: Any, env_configs: list[dict]) -> VectorEnv | None:
+    """The env family's native vector for envs ``env_configs`` (its ``make_vector_fn``, e.g. EnvPool under
+    ``--env_backend``), or None when the family has none or does not serve this cfg with it."""
+    from sfx.envs.registry import find_family
 
-    ``make_env_fn`` ``(cfg, env_config) -> env`` given (a user's factory, a test's): its Python envs. Otherwise
-    the env family's ``make_vector_fn`` when it has one and chooses to serve ``cfg`` (e.g. ``--env_backend``),
-    else the family's Python envs through :func:`sfx.envs.registry.make_env`."""
-    from sfx.envs.registry import find_family, make_env
+    make_vector_fn = find_family(cfg.env).make_vector_fn
+    return None if make_vector_fn is None else make_vector_fn(cfg, [dict(c) for c in env_configs])
 
-    if make_env_fn is None:
-        make_vector_fn = find_family(cfg.env).make_vector_fn
-        if make_vector_fn is not None:
-            vector = make_vector_fn(cfg, [dict(c) for c in env_configs])
-            if vector is not None:
-                return vector
-        make_env_fn = make_env
-    return PythonVectorEnv(lambda e: make_env_fn(cfg, dict(env_configs[e])), len(env_configs), name=name)
+
+def make_vector_env(cfg: Any, env_configs: list[dict], name: str = "envs") -> VectorEnv:
+    """The vector for envs ``env_configs`` (one dict each: ``worker_index``, ``vector_index``, ``env_id``): the
+    family's native one where it serves ``cfg`` (:func:`native_vector_env`), else its Python envs made by
+    :func:`sfx.envs.registry.make_env`, stepped one after the other (:class:`PythonVectorEnv`)."""
+    from sfx.envs.registry import make_env
+
+    native = native_vector_env(cfg, env_configs)
+    if native is not None:
+        return native
+    return PythonVectorEnv(lambda e: make_env(cfg, dict(env_configs[e])), len(env_configs), name=name)

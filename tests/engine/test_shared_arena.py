@@ -111,6 +111,6 @@ def test_a_start_that_cannot_fit_fails_with_one_line_naming_the_limit(tmp_path):
     # what the check counts is what multiprocessing sends: 300 separately shared tensors are 300 descriptors
     w = _wiring(tmp_path, 1)
     runtime = ProcessRuntime(w)
-    runtime.w = w.__class__(**{**w.__dict__, "make_env_fn": [torch.zeros(1).share_memory_() for _ in range(300)]})
+    runtime.w = w.__class__(**{**w.__dict__, "make_vector_fn": [torch.zeros(1).share_memory_() for _ in range(300)]})
     with pytest.raises(ConfigError, match="would receive 30[0-9] shared-memory"):
         runtime.check_start()
