@@ -229,7 +229,8 @@ class Learner(Component):
 
     def tick(self) -> None:
         if self.inference is not None:
-            self.inference.check()
+            # the thread beats like a policy worker: the same deadline
+            self.inference.check(self.cfg.heartbeat_timeout_sec)
             if self.cfg.serial_mode:
                 self.inference.poll()
         self.maybe_save()

@@ -12,6 +12,13 @@ forward passes hold, so each batch of actions comes from one version, which it r
 exact). On CUDA the thread acts on a stream of its own, ordered against the copy by events.
 
 In ``--serial_mode`` there is no thread: the learner's ``tick`` answers what waits.
+
+A rollout worker killed inside a ``put`` can leave the request queue's lock taken for good. The thread
+therefore reads the requests through a :class:`~sfx.engine.queues.QueuePump`, which follows the switch to a
+spare queue that the worker's restart makes (a reader stuck on the old queue is abandoned), and it beats: a
+thread that finished no turn for ``--heartbeat_timeout_sec`` (stuck answering into a queue left locked, or in
+a forward pass that never returns) makes the learner stop the training with one line naming it (the learner
+has no deadline of its own, so nothing else would notice).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import torch
 from sfx.engine import perf
 from sfx.engine.buffers import WeightsBuffer
 from sfx.engine.protocol import PERF
-from sfx.engine.queues import drain
+from sfx.engine.queues import QueuePump, drain
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +115,9 @@ class LearnerInference:
         self.meter = perf.PerfMeter(self.name, report_sec)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pump: QueuePump | None = None
         self.error: str | None = None
+        self.last_turn = time.monotonic()  # the thread's heartbeat: when it last finished a turn
         actor.should_stop = self._stop.is_set
 
     def start(self, threaded: bool) -> None:
@@ -116,6 +125,8 @@ class LearnerInference:
         self.actor.start()
         self.meter.take()
         if threaded:
+            self._pump = QueuePump(self.requests)
+            self.last_turn = time.monotonic()
             self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             self._thread.start()
 
@@ -126,7 +137,7 @@ class LearnerInference:
         perf.use(self.meter)
         try:
             t0 = clock()
-            msgs = drain(self.requests, timeout=timeout)
+            msgs = self._pump.get(timeout=timeout) if self._pump is not None else drain(self.requests, timeout=timeout)
             t1 = clock()
             self.meter.add("wait/requests", t1 - t0)
             if msgs:
@@ -137,6 +148,7 @@ class LearnerInference:
                 self.report_queue.put((PERF, self.name, self.meter.take()))
         finally:
             perf.use(caller)
+        self.last_turn = time.monotonic()
 
     def _run(self) -> None:
         try:
@@ -146,12 +158,27 @@ class LearnerInference:
             self.error = traceback.format_exc()
             log.error("%s crashed:\n%s", self.name, self.error)
 
-    def check(self) -> None:
-        """Raise in the learner's loop what the thread died of."""
+    def check(self, timeout_sec: float | None = None) -> None:
+        """Raise in the learner's loop what the thread died of, or (``timeout_sec``) that it finished no turn
+        for that long: it hangs, and the rollout workers wait for its answers for good."""
         if self.error is not None:
             raise RuntimeError(f"{self.name} (the learner's inference thread) crashed:\n{self.error}")
+        if self._thread is None or timeout_sec is None or self._stop.is_set():
+            return
+        quiet = time.monotonic() - self.last_turn
+        if quiet > timeout_sec:
+            raise InferenceHung(f"{self.name} (the learner's inference thread) finished no turn for {quiet:.0f} s "
+                                f"(--heartbeat_timeout_sec={timeout_sec:g}): probably stuck on a queue a killed process "
+                                f"left locked; stopping the training with its last checkpoint")
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            # a hung thread stays hung (a daemon): the learner's final checkpoint must not wait for it
+            self._thread.join(timeout=0.5 if self.last_turn < time.monotonic() - 1.0 else 10)
+        if self._pump is not None:
+            self._pump.close()
+
+
+class InferenceHung(RuntimeError):
+    """The learner's inference thread stopped making progress (see :meth:`LearnerInference.check`)."""
