@@ -245,7 +245,7 @@ def run_training(cfg: Any) -> dict:
     if evaluation is not None:
         result["evaluations"] = evaluation.results
         result["evaluations_skipped"] = list(evaluation.skipped)
-    reporter.write_status(status, time.time(), stop_reason=stop.reason)
+    reporter.write_status(status, time.time(), stop_reason=stop.reason, result=result)
     if status == "done":
         try:
             done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")

@@ -178,6 +178,9 @@ class LearnerInference:
             self._thread.join(timeout=0.5 if self.last_turn < time.monotonic() - 1.0 else 10)
         if self._pump is not None:
             self._pump.close()
+        if self._thread is None or not self._thread.is_alive():
+            # the last, partial window (the thread no longer adds to the meter): see sfx.engine.runtime
+            self.report_queue.put((PERF, self.name, self.meter.take()))
 
 
 class InferenceHung(RuntimeError):

@@ -125,15 +125,19 @@ class TrainingReporter:
 
     # ------------------------------------------------------------------ outputs
 
-    def write_status(self, state: str, now: float, stop_reason: str | None = None) -> None:
-        """status.json: the state, progress, rewards and throughput; at the end, which rule stopped the run."""
+    def write_status(self, state: str, now: float, stop_reason: str | None = None,
+                     result: dict | None = None) -> None:
+        """status.json: the state, progress, rewards and throughput; at the end, which rule stopped the run.
+        While running, ``fps`` is the last minute's; at the end (``result``: :meth:`result`'s) the session's, the
+        figure the closing line gives (a last-minute rate of a short run, or of one that started slowly, is
+        not the run's)."""
         from sfx.experiment import write_status
 
         rewards = [s.mean("reward") for s in self.policies]
-        throughput = {"fps": self.fps.rate(60, now)}
+        throughput = {"fps": self.fps.rate(60, now) if result is None else result["fps"]}
         if self.all_ranks_fps is not None:  # several ranks: fps is the training's (every rank's), as env_steps is
-            throughput = {"fps": self.all_ranks_fps.rate(60, now), "fps_this_rank": throughput["fps"],
-                          "world_size": self.world_size}
+            every_rank = self.all_ranks_fps.rate(60, now) if result is None else result["fps_all_ranks"]
+            throughput = {"fps": every_rank, "fps_this_rank": throughput["fps"], "world_size": self.world_size}
         try:
             write_status(self.cfg, status=state, env_steps=self.env_steps(),
                          train_for_env_steps=self.cfg.train_for_env_steps,
@@ -189,6 +193,9 @@ class TrainingReporter:
                 self.wandb.log(p, scalars, s.env_steps)
 
     def close(self) -> None:
+        # the components' last windows (sent as they stopped) are TensorBoard's last perf/ scalars: a run
+        # shorter than --report_every_sec has no other
+        self.perf.roll()
         table = self.perf.table()
         if table:
             log.info("where the time went (share of each component's wall time; 'of which' parts are inside busy):\n%s",

@@ -162,7 +162,7 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
             parent_checked[:] = [now, _alive(parent_pid)]
         return not parent_checked[1]
 
-    component = reader = None
+    component = reader = meter = None
     try:
         if w.env_family is not None:
             from sfx.envs.registry import ensure_registered
@@ -211,6 +211,10 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
                 component.finish()  # a learner saves its checkpoint here, after a crash too
             except Exception:
                 log.exception("%s could not finish cleanly", name)
+        if meter is not None:
+            # the last, partial window: a run shorter than --report_every_sec has no other, and without it the
+            # end-of-run table and TensorBoard would miss whatever this component did since its last report
+            w.report_queue.put((PERF, name, meter.take()))
         w.report_queue.put((STOPPED, name, {}))
 
 
@@ -476,8 +480,11 @@ class SerialRuntime:
         return []
 
     def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
-        for _, comp in self.parts:
+        for spec, comp in self.parts:
+            perf.use(self.meters[spec.name])
             comp.finish()
+            self.w.report_queue.put((PERF, spec.name, self.meters[spec.name].take()))  # the last, partial window
+        perf.use(None)
         reports_sink(drain(self.w.report_queue))
 
     def pids(self) -> dict[str, int]:
