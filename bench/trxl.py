@@ -183,7 +183,7 @@ def acting(cfg: Any, info: Any, args: argparse.Namespace, device: torch.device) 
     from sfx.algo.distributions import action_shape
     from sfx.engine.buffers import WeightsBuffer, allocate_agent_buffers, allocate_trajectory_buffers
     from sfx.engine.policy_worker import PolicyWorker
-    from sfx.engine.protocol import REQ, REQUEST_COLUMNS, REQ_AGENT, REQ_SLOT, REQ_T
+    from sfx.engine.protocol import REQ, REQUEST_COLUMNS, REQ_AGENT, REQ_SLOT, REQ_T, pack_request_rows
     from sfx.models.obs import obs_spec
 
     model = build(cfg, info)
@@ -228,7 +228,7 @@ def acting(cfg: Any, info: Any, args: argparse.Namespace, device: torch.device) 
         def process() -> None:
             rows[:, REQ_T] = step[0] % T  # the state before that step is read, the next one written
             step[0] += 1
-            worker.process([(REQ, 0, 0, rows.copy())])
+            worker.process([(REQ, 0, 0, pack_request_rows(rows))])
 
         fig = {"process": t(process, 2)}
         with torch.inference_mode():
@@ -273,14 +273,14 @@ def memory_side(core: Any, feats: torch.Tensor, memory: torch.Tensor) -> None:
 def profile_acting(worker: Any, ids: torch.Tensor, T: int, reps: int) -> str:
     from torch.profiler import ProfilerActivity, profile
 
-    from sfx.engine.protocol import REQ, REQUEST_COLUMNS, REQ_AGENT, REQ_SLOT, REQ_T
+    from sfx.engine.protocol import REQ, REQUEST_COLUMNS, REQ_AGENT, REQ_SLOT, REQ_T, pack_request_rows
 
     rows = np.full((len(ids), REQUEST_COLUMNS), -1, dtype=np.int64)
     rows[:, REQ_SLOT] = rows[:, REQ_AGENT] = ids.numpy()
     rows[:, REQ_T] = 0
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(max(1, reps // 2)):
-            worker.process([(REQ, 0, 0, rows.copy())])
+            worker.process([(REQ, 0, 0, pack_request_rows(rows))])
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14)
 
 

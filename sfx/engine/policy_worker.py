@@ -23,13 +23,16 @@ from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.cuda_graphs import GraphedStep
-from sfx.engine.protocol import ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, TRAJ
+from sfx.engine.protocol import (ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS, TRAJ,
+                                 request_rows)
 from sfx.engine.staging import HostStaging, to_host
 
 if TYPE_CHECKING:
     from sfx.models.actor_critic import ActorCritic
 
 log = logging.getLogger(__name__)
+
+ROW_BYTES = REQUEST_COLUMNS * 8  # one packed request row (int64 columns)
 
 
 class PolicyWorker(Component):
@@ -94,7 +97,7 @@ class PolicyWorker(Component):
         meter = perf.current()
         clock = time.perf_counter
         t_gather = clock()
-        rows = np.concatenate([m[3] for m in msgs]) if len(msgs) > 1 else msgs[0][3]
+        rows = np.concatenate([request_rows(m[3]) for m in msgs]) if len(msgs) > 1 else request_rows(msgs[0][3])
         rows_t = torch.from_numpy(rows)
         n = len(rows)
         traj, dev = self.traj, self.device
@@ -188,7 +191,7 @@ class PolicyWorker(Component):
         with perf.section("answer"):
             answers: dict[int, list[tuple[int, int]]] = {}
             for _, worker, split, r in msgs:
-                answers.setdefault(worker, []).append((split, len(r)))
+                answers.setdefault(worker, []).append((split, len(r) // ROW_BYTES))
             for worker, splits in answers.items():
                 self.rollout_inboxes[worker].put((ACT, splits))
 
@@ -230,7 +233,8 @@ class RandomPolicyWorker(Component):
             if msg[0] == TRAJ:
                 self.free_slots.put_many(list(msg[1]))
                 continue
-            _, worker, split, rows = msg
+            _, worker, split, packed = msg
+            rows = request_rows(packed)
             self.actions[rows[:, REQ_SLOT], rows[:, REQ_T]] = self.rule.random_rows(len(rows))
             answers.setdefault(worker, []).append((split, len(rows)))
         for worker, splits in answers.items():

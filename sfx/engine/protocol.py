@@ -6,7 +6,9 @@ into shared memory). Each kind below gives its layout and who sends it to whom.
 
 Data (hot path; one queue each, read by one component)::
 
-    (REQ, worker, split_tag, rows[n, REQUEST_COLUMNS])   rollout worker -> policy_queues[p]
+    (REQ, worker, split_tag, packed rows)                rollout worker -> policy_queues[p]
+        (rows: int64 [n, REQUEST_COLUMNS] as bytes, pack_request_rows / request_rows: pickling an
+        array costs ~7x as much as its bytes, on every step of every split)
     (ACT, [(split_tag, n), ...])                          policy worker  -> rollout_inboxes[w]
     (TRAJ, [slot, ...])                                   rollout worker -> learner_queues[p]
 
@@ -53,6 +55,8 @@ ignored.
 
 from __future__ import annotations
 
+import numpy as np
+
 # data
 REQ = "req"
 ACT = "act"
@@ -90,3 +94,12 @@ PERF = "perf"
 REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQ_AGENT = range(5)
 REQUEST_COLUMNS = 5
 
+
+def pack_request_rows(rows: "np.ndarray") -> bytes:
+    """Request rows ``int64 [n, REQUEST_COLUMNS]`` as a REQ message carries them (see the module docstring)."""
+    return np.ascontiguousarray(rows, dtype=np.int64).tobytes()
+
+
+def request_rows(packed: bytes) -> "np.ndarray":
+    """A REQ message's rows back as ``int64 [n, REQUEST_COLUMNS]`` (a writable copy: torch reads them as tensors)."""
+    return np.frombuffer(packed, dtype=np.int64).reshape(-1, REQUEST_COLUMNS).copy()

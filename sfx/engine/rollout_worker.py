@@ -25,7 +25,7 @@ import numpy as np
 from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, tree_map
 from sfx.engine.component import Component
-from sfx.engine.protocol import ACT, REQ, RESEND, ROLLOUT, SHAPING, TRAJ
+from sfx.engine.protocol import ACT, REQ, RESEND, ROLLOUT, SHAPING, TRAJ, pack_request_rows, request_rows
 from sfx.engine.queues import Empty
 from sfx.envs.registry import env_seed
 from sfx.envs.vector import VectorEnv, VectorStep, env_task_id, make_vector_env  # noqa: F401 (env_task_id: the evaluator's)
@@ -117,7 +117,7 @@ class RolloutWorker(Component):
         # each trajectory's first step would then be acted by the weights from before the iteration it ends)
         self.ready_sends: list[list[tuple[int, int]]] = [[] for _ in range(self.num_splits)]
         self.pending_sends: list[list[tuple[int, int]]] = [[] for _ in range(self.num_splits)]
-        self.last_requests: list[dict[int, np.ndarray]] = [{} for _ in range(self.num_splits)]
+        self.last_requests: list[dict[int, bytes]] = [{} for _ in range(self.num_splits)]  # packed rows per policy
         self.episode_stats: list[dict] = []
         self.last_report = time.time()
         self.env_steps = 0
@@ -465,7 +465,8 @@ class RolloutWorker(Component):
                          np.arange(self.agent_offset + agents.start, self.agent_offset + agents.stop)], axis=1)
         self.trunc_slot[sl] = self.trunc_t[sl] = -1
         self.awaiting[split] = len(agents)
-        self.last_requests[split] = {p: (rows if mask is None else rows[mask]) for p, mask in self._policy_groups(sl)}
+        self.last_requests[split] = {p: pack_request_rows(rows if mask is None else rows[mask])
+                                     for p, mask in self._policy_groups(sl)}
         self._put_requests(split)
 
     def _put_requests(self, split: int) -> None:
@@ -480,7 +481,7 @@ class RolloutWorker(Component):
         self.gen += 1
         for split in range(self.num_splits):
             if self.awaiting[split] > 0:
-                self.awaiting[split] = sum(len(r) for r in self.last_requests[split].values())
+                self.awaiting[split] = sum(len(request_rows(r)) for r in self.last_requests[split].values())
                 self._put_requests(split)
 
     def _finished(self, a: int, p: int, slot: int) -> None:
