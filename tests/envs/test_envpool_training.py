@@ -7,6 +7,8 @@ import pytest
 
 pytest.importorskip("envpool", reason="the envpool extra is not installed (pip install -e .[envpool])")
 
+pytestmark = pytest.mark.slow  # whole trainings (~10 s each alone, 30+ on a loaded machine)
+
 import sfx  # noqa: E402
 
 SERIAL = {"device": "cpu", "serial_mode": True, "num_workers": 1, "num_envs_per_worker": 4, "worker_num_splits": 1,
