@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -89,7 +90,8 @@ def write_state(spec: ExperimentSpec, **fields: Any) -> dict:
     :data:`STATES`), ``backend`` (one of :data:`BACKEND_NAMES`), ``returncode``, ``pid``, ``job_id``,
     ``log`` (path of the experiment's log), ``attempts``, ``restarts`` (how often the runner started it again
     after its training died), ``last_restart``; ``updated`` is set to the current unix time.
-    A backend may add fields of its own.
+    A backend may add fields of its own. A write that fails (a full disk) is one line on stderr, not an
+    exception: the runner goes on supervising.
     """
     if "state" in fields and fields["state"] not in STATES:
         raise ValueError(f"state {fields['state']!r} is not one of {STATES}")
@@ -99,7 +101,13 @@ def write_state(spec: ExperimentSpec, **fields: Any) -> dict:
     doc.update(read_state(spec) or {})
     doc.update(fields)
     doc["updated"] = time.time()
-    atomic_write_json(state_path(spec), doc)
+    try:
+        atomic_write_json(state_path(spec), doc)
+    except OSError as e:
+        # a full disk (or a vanished folder) must not end the runner that supervises a sweep: the experiments
+        # go on, and the file is written whole at the next change
+        print(f"[runner] could not write {state_path(spec)} ({e.strerror or e}): written again at the next change",
+              file=sys.stderr, flush=True)
     return doc
 
 

@@ -71,10 +71,14 @@ def check_experiment(sweep: Sweep, exp: str) -> Verdict:
         if steps < cfg["train_for_env_steps"]:
             v.failures.append(f"done at {steps:,} env steps, below --train_for_env_steps={cfg['train_for_env_steps']:,}")
     # cfg.json as first written
-    if obs is not None and obs.cfg_json is not None and json.loads(obs.cfg_json) != cfg:
+    # (but its provenance: every start of the training writes its own, sfx.experiment.save_cfg)
+    if obs is not None and obs.cfg_json is not None:
         first = json.loads(obs.cfg_json)
-        changed = sorted(k for k in set(first) | set(cfg) if first.get(k) != cfg.get(k))
-        v.failures.append(f"cfg.json changed during the sweep: {', '.join(changed)}")
+        changed = sorted(k for k in set(first) | set(cfg) if k != "provenance" and first.get(k) != cfg.get(k))
+        if changed:
+            v.failures.append(f"cfg.json changed during the sweep: {', '.join(changed)}")
+        if not isinstance(cfg.get("provenance"), dict) or "git" not in cfg["provenance"]:
+            v.failures.append("cfg.json has no provenance (git state, packages)")
     # every remaining checkpoint loads (the ones the injector cut are expected not to)
     for path in sorted(folder.glob("checkpoint_p*/checkpoint_*.pth")):
         if str(path) in sweep.truncated:
@@ -136,7 +140,8 @@ def steps_lost(sweep: Sweep, verdicts: dict[str, Verdict]) -> None:
             if not before:
                 continue  # the first start, or nothing was seen before it
             lost = max(0, max(before) - resumed)
-            cause = [f for f in sweep.injected if sweep.t0 + f.at_sec <= t and (f.experiment in (exp, None))]
+            cause = [f for f in sweep.injected if sweep.t0 + f.at_sec <= t and f.experiment in (exp, None)
+                     and not f.note.startswith("skipped")]
             if cause:
                 f = cause[-1]
                 f.steps_lost = (f.steps_lost or 0) + lost

@@ -34,7 +34,8 @@ class TrainingReporter:
 
         self.cfg = cfg
         self.pids = pids  # the components' processes (memory summaries, status.json)
-        self.writers = [SummaryWriter(str(summary_dir(cfg, p)), flush_secs=10) for p in range(cfg.num_policies)]
+        self.writers: list[Any] = [SummaryWriter(str(summary_dir(cfg, p)), flush_secs=10)
+                                   for p in range(cfg.num_policies)]
         self.policies = [PolicyStats(cfg.stats_avg, task_names) for _ in range(cfg.num_policies)]
         self.fps = ThroughputMeter()
         self.samples = ThroughputMeter()
@@ -147,12 +148,41 @@ class TrainingReporter:
         except OSError as e:  # a full disk must not stop training; the checkpoints say the same louder
             log.warning("could not write %s: %s", "status.json", e.strerror or e)
 
+    def _writer(self, policy: int) -> Any:
+        """Policy ``policy``'s SummaryWriter, a new one (a new events file) in place of one a write error broke;
+        None while none can be made (the disk still full)."""
+        if self.writers[policy] is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            from sfx.experiment import summary_dir
+
+            try:
+                self.writers[policy] = SummaryWriter(str(summary_dir(self.cfg, policy)), flush_secs=10)
+                log.info("policy %d: TensorBoard summaries go on in a new events file", policy)
+            except OSError:
+                return None
+        return self.writers[policy]
+
+    def _summaries_failed(self, policy: int, e: OSError) -> None:
+        # TensorBoard's writer thread died on the error and its writer raises it for good (closing it could even
+        # block on its full queue): it is dropped, and the next summary starts a new events file. A full disk
+        # must not end a training (the checkpoints say so louder, and keep the last good one)
+        self.writers[policy] = None
+        log.warning("policy %d: TensorBoard summaries could not be written (%s): these are lost, the next ones go to "
+                    "a new events file", policy, e.strerror or e)
+
     def summary(self, policy: int, tag: str, value: Any, step: int) -> None:
         """One scalar (or text) in a policy's TensorBoard summaries, for observers."""
-        if isinstance(value, str):
-            self.writers[policy].add_text(tag, value, step)
-        else:
-            self.writers[policy].add_scalar(tag, value, step)
+        writer = self._writer(policy)
+        try:
+            if writer is None:
+                pass
+            elif isinstance(value, str):
+                writer.add_text(tag, value, step)
+            else:
+                writer.add_scalar(tag, value, step)
+        except OSError as e:
+            self._summaries_failed(policy, e)
         if self.wandb is not None:
             self.wandb.log(policy, {tag: value}, step)
 
@@ -161,14 +191,19 @@ class TrainingReporter:
         policy's TensorBoard summaries (the Images tab plays it)."""
         from sfx.experiment.videos import video_summary
 
-        writer = self.writers[policy]
-        writer._get_file_writer().add_summary(video_summary(tag, video["gif"], video["height"], video["width"]), step)
-        writer.flush()
+        writer = self._writer(policy)
+        try:
+            if writer is not None:
+                writer._get_file_writer().add_summary(video_summary(tag, video["gif"], video["height"],
+                                                                    video["width"]), step)
+                writer.flush()
+        except OSError as e:
+            self._summaries_failed(policy, e)
         if self.wandb is not None:
             self.wandb.video(policy, tag, video["gif"], step)
 
     def flush_summaries(self) -> None:
-        for p, (s, wr) in enumerate(zip(self.policies, self.writers)):
+        for p, s in enumerate(self.policies):
             for hook in self.summary_hooks:
                 hook(p, s.env_steps)
             scalars = s.pop_summaries()
@@ -187,8 +222,13 @@ class TrainingReporter:
                 rss = process_rss_mb({"coordinator": os.getpid(), **self.pids()})
                 scalars.update({f"memory/{n}_rss_mb": v for n, v in rss.items()})
                 scalars["memory/total_rss_mb"] = sum(rss.values())
-            write_summaries(wr, scalars, s.env_steps)
-            wr.flush()
+            wr = self._writer(p)
+            try:
+                if wr is not None:
+                    write_summaries(wr, scalars, s.env_steps)
+                    wr.flush()
+            except OSError as e:
+                self._summaries_failed(p, e)
             if self.wandb is not None:
                 self.wandb.log(p, scalars, s.env_steps)
 
@@ -201,8 +241,12 @@ class TrainingReporter:
             log.info("where the time went (share of each component's wall time; 'of which' parts are inside busy):\n%s",
                      table)
         self.flush_summaries()
-        for wr in self.writers:
-            wr.close()
+        for p, wr in enumerate(self.writers):
+            try:
+                if wr is not None:
+                    wr.close()
+            except OSError as e:
+                log.warning("policy %d: the last TensorBoard summaries could not be written (%s)", p, e.strerror or e)
         if self.wandb is not None:
             self.wandb.finish()
 

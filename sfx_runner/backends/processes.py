@@ -448,8 +448,11 @@ class ProcessesBackend(Backend):
         log = open(path, "ab")  # noqa: SIM115 - closed when the child is reaped
         header = (f"===== [runner] {spec.name}: attempt {attempt}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
                   f"{f', GPU {gpu}' if gpu is not None else ''} =====\n$ {format_command(spec, argv, shown_env)}\n")
-        log.write(("\n" if log.tell() else "").encode() + header.encode())
-        log.flush()
+        try:
+            log.write(("\n" if log.tell() else "").encode() + header.encode())
+            log.flush()
+        except OSError as e:  # a full disk: the experiment starts anyway (its own checkpoints say more)
+            _say(f"{spec.name}: could not write its log header to {path} ({e.strerror or e})")
         offset = log.tell()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -1,6 +1,7 @@
 """Disk full while saving (a real 6 MB tmpfs as the train_dir): the previous checkpoint stays intact,
 the run says so and goes on, and the same command resumes once there is room again."""
 
+import json
 import os
 import subprocess
 import sys
@@ -73,3 +74,44 @@ def test_disk_full_keeps_the_previous_checkpoint_and_the_run_resumes(small_disk)
     again = subprocess.run(train_cmd(small_disk, 4), cwd=REPO, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed at train step {state['train_step']}" in again.stderr
+
+
+@pytest.mark.fault("disk full while TensorBoard summaries are written")
+def test_disk_full_under_tensorboard_summaries_does_not_end_the_run(small_disk):
+    """TensorBoard's writer thread dies on ENOSPC and its writer raises it from then on: the coordinator used
+    to crash on it. Now those summaries are lost with one warning, a new events file starts once there is
+    room, and the run ends as it would have."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cmd = train_cmd(small_disk, 25)
+    cmd[cmd.index("--experiment_summaries_interval=1000")] = "--experiment_summaries_interval=0.5"
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    summaries = small_disk / "d" / ".summary" / "0"
+    status = small_disk / "d" / "status.json"
+
+    def training() -> bool:  # summaries of a training that learns are many scalars per flush
+        try:
+            return json.loads(status.read_text())["env_steps"] > 0
+        except (OSError, ValueError, KeyError):
+            return False
+
+    deadline = time.time() + 90
+    while not training() and time.time() < deadline:
+        time.sleep(0.2)
+    filler = fill(small_disk)
+    time.sleep(6.0)  # a dozen summary flushes while full: more than the last page of the events file holds
+    freed_at = time.time()
+    os.unlink(filler)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    # (TensorBoard's own writer thread prints the traceback it died of: the run goes on)
+    assert "coordinator crashed" not in err, err[-3000:]
+    assert "TensorBoard summaries could not be written" in err, err[-3000:]
+    assert "TensorBoard summaries go on in a new events file" in err, err[-3000:]
+    later = []
+    for events in summaries.glob("events.*"):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        if "fps" in acc.Tags()["scalars"]:
+            later += [e.wall_time for e in acc.Scalars("fps") if e.wall_time > freed_at]
+    assert later, "no summary after the disk had room again"

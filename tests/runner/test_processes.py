@@ -342,6 +342,42 @@ def test_an_experiment_whose_training_died_is_restarted_with_a_budget_and_backof
         assert f"not restarted again: its {restarts} restarts (--experiment_restarts) are spent" in out
 
 
+def test_a_full_disk_does_not_end_the_runner(tmp_path):
+    """The run's state files live in the train_dir: on a full disk their writes fail. The runner used to crash on
+    it (and, crashing, leave its experiments unsupervised); now each failed write is one line and it goes on."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        run_file = write_run(tmp_path, """
+            RUN_DESCRIPTION = RunDescription("full", [Experiment("sleeper", "python -c 'import time; time.sleep(4)'")])
+        """)
+        full_env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen([sys.executable, "-m", "sfx.runner.run", f"--train_dir={disk}", f"--run={run_file}",
+                                 "--num_gpus=0"], cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        spec = load_run_description(str(run_file)).generate_experiments(disk)[0]
+        deadline = time.time() + 60
+        while (read_state(spec) or {}).get("state") != "running" and time.time() < deadline:
+            time.sleep(0.1)
+        with open(disk / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+        out, err = proc.communicate(timeout=60)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    assert proc.returncode == 0, out + err
+    assert "Traceback" not in err, err
+    assert "No space left on device): written again at the next change" in err, err
+    assert "finished 00_sleeper" in out and "done: 1/1 finished" in out, out
+
+
 # children for the Ctrl+C test: each starts a grandchild in its own process group, writes its pids
 # and counts the SIGINTs it gets; "graceful" saves and exits 130, "stubborn" ignores SIGINT
 STOPPABLE = textwrap.dedent("""
