@@ -53,6 +53,9 @@ class RolloutWorker(Component):
         # far ahead of the learners (sfx.engine.buffers.CollectionGate); None: only the free slots throttle
         self.gate = gate
         self.held: set[int] = set()  # splits whose actions came back, waiting at the gate to step
+        # splits stepping in an asynchronous vector (sfx.envs.vector), not yet recorded: split -> (agents, policy
+        # groups, actions)
+        self.in_flight: dict[int, tuple] = {}
         # per policy, which worker holds each slot (shared): a restarted worker's slots go back
         self.slot_owners = [o.numpy() for o in slot_owners] if slot_owners is not None else None
         # requests carry a generation in their split id; answers to another generation's requests (sent
@@ -273,15 +276,42 @@ class RolloutWorker(Component):
                 if starting == len(agents) and not self.gate.may_start():
                     self.held.add(split)
                     self.read_timeout_sec = 0.002
+                    self._collect_others(None)  # what the learners wait for may be stepping there
                     return
                 self.gate.count(self.worker_idx, starting)
         sl = slice(agents.start, agents.stop)
         groups = self._policy_groups(sl)
         actions = self._gather_actions(sl, groups)
         vector = self.vectors[split]
+        t0 = time.perf_counter()
+        vector.step_async(actions)
+        perf.current().add("env_step", time.perf_counter() - t0)
+        self.in_flight[split] = (sl, groups, actions)
+        if not vector.asynchronous:
+            self._collect_split(split)
+            return
+        # double buffering on a native pool: its threads step this split while the other splits' steps, already
+        # taken, are recorded and their requests sent (or at once, with nothing else to do)
+        self._collect_others(split)
+
+    def _collect_others(self, split: int | None) -> None:
+        """Record every split in flight but ``split`` (None: every one); then ``split`` too if no other split awaits
+        actions (no answer would come to wake this worker for it)."""
+        for other in [s for s in self.in_flight if s != split]:
+            if self.stopped:
+                return
+            self._collect_split(other)
+        if split is not None and split in self.in_flight and not any(
+                self.awaiting[s] > 0 for s in range(self.num_splits) if s != split):
+            self._collect_split(split)
+
+    def _collect_split(self, split: int) -> None:
+        """Take split ``split``'s step from its vector, write it into the slots and ask for the next actions."""
+        sl, groups, actions = self.in_flight.pop(split)
+        vector = self.vectors[split]
         errors_before = vector.env_errors
         t0 = time.perf_counter()
-        step = vector.step(actions)
+        step = vector.step_wait()
         perf.current().add("env_step", time.perf_counter() - t0)
         if vector.env_errors != errors_before:
             self.env_errors += vector.env_errors - errors_before
@@ -529,6 +559,8 @@ class RolloutWorker(Component):
             self._advance_split(split)
         if not self.held:
             self.read_timeout_sec = Component.read_timeout_sec
+        if self.in_flight and not self.stopped and not self.awaiting.any():
+            self._collect_others(None)  # nothing is coming back: take the steps in flight
 
     def finish(self) -> None:
         self.close()

@@ -83,6 +83,9 @@ class VectorEnv:
     task_ids: np.ndarray
     env_errors: int = 0
     last_env_error: str | None = None
+    # True: step_async returns while the envs step in threads of their own (a native pool), so the caller can serve
+    # another split meanwhile; False: the step runs in step_async's caller, in step_wait
+    asynchronous: bool = False
 
     @property
     def num_agents_total(self) -> int:
@@ -96,6 +99,16 @@ class VectorEnv:
         """One step of every agent. ``actions``: ``[n, k]`` float32 rows as a trajectory slot stores them
         (:func:`sfx.algo.distributions.action_to_env` says how a row maps to an env's action)."""
         raise NotImplementedError
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Start :meth:`step` with ``actions``; :meth:`step_wait` returns it. Here the actions are only kept (a
+        vector that is not :attr:`asynchronous` steps in ``step_wait``)."""
+        self._async_actions = actions
+
+    def step_wait(self) -> VectorStep:
+        """The step :meth:`step_async` started."""
+        actions, self._async_actions = self._async_actions, None
+        return self.step(actions)
 
     def set_reward_shaping(self, weights: dict[str, float], agent: int) -> None:
         """PBT: agent ``agent``'s reward-shaping weights from now on (envs without shaping ignore it)."""

@@ -70,6 +70,8 @@ class EnvPoolVector(VectorEnv):
         name: for log lines.
     """
 
+    asynchronous = True  # EnvPool's threads step the pool between send and recv
+
     def __init__(self, task_id: str, seeds: list[int | None], options: dict[str, Any], num_threads: int = 1,
                  observation_space: gymnasium.Space | None = None, obs_fn: ObsFn | None = None,
                  episodic_life: bool = False, extra_stats_fn: ExtraStatsFn | None = None,
