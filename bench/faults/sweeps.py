@@ -77,7 +77,7 @@ def run_file_for(sweep: str, train_dir: Path, steps: int = 200_000) -> tuple[Pat
         return path, "faults_small", RUNNER_ARGS + ["--max_parallel=3"]
     if sweep == "suite":
         path = train_dir / "faults_suite_run.py"
-        path.write_text(SUITE.replace("{steps}", str(steps)).replace("{doom_steps}", str(steps // 4)))
+        path.write_text(SUITE.replace("{steps}", str(steps)).replace("{doom_steps}", str(steps // 2)))
         return path, "faults_suite", RUNNER_ARGS + ["--max_parallel=3"]
     if sweep == "full":
         path = train_dir / "faults_full_run.py"

@@ -115,6 +115,15 @@ def _start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def _process_state(pid: int) -> bytes | None:
+    """The state letter of process ``pid`` (/proc: ``R``, ``S``, ``T`` for stopped, ``Z`` ...), None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def _helper_pid(module: Any, attribute: str) -> int | None:
     """The pid of one of multiprocessing's helper processes of this process (the forkserver, the resource
     tracker), None when it has none. multiprocessing keeps it in a private attribute of its singleton and offers
@@ -337,6 +346,25 @@ class ProcessRuntime:
     def dead_components(self) -> list[str]:
         return [n for n in self.procs if not self.alive(n)]
 
+    def _unfreeze_forkserver(self) -> None:
+        """A stopped forkserver (SIGSTOP) would hang the start of a process for as long as it stays stopped, and
+        the coordinator with it: it is killed instead, and the launch starts a new one (the components it forked
+        run on, told alive by pid: see :meth:`alive`)."""
+        from multiprocessing import forkserver
+
+        pid = _helper_pid(forkserver, "_forkserver")
+        if pid is None or _process_state(pid) != b"T":
+            return
+        log.warning("the forkserver (pid %d) is stopped (SIGSTOP?): killed it, a new one starts the restart", pid)
+        self._helpers_lost.add(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 5.0
+        while _start_time(pid) is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def lost_helpers(self) -> list[str]:
         """One line for each of multiprocessing's helper processes of the coordinator (the forkserver, the
         resource tracker) found dead since the last call, each started again here: the components they started
@@ -396,6 +424,8 @@ class ProcessRuntime:
         and the others resend what they wait for (answers to older requests are ignored);
         LockedQueueError if even a fresh queue cannot be written."""
         spec = self.specs[name]
+        # first: a stopped forkserver would also hold back the news of the old process's end
+        self._unfreeze_forkserver()
         self._kill(name)
         self._join(name, timeout=10)
         given_back = give_back_slots(self.w, spec.index) if spec.holds_slots else 0

@@ -415,3 +415,30 @@ def test_killed_forkserver_and_resource_tracker_leave_the_components_running(tmp
     assert "died (exit code 255)" not in err and "learner_0 died" not in err
     check_finished(run, rc, err)
     assert shm_segments() <= shm_before
+
+
+@pytest.mark.fault("SIGSTOP of the forkserver, then a component to restart")
+def test_a_stopped_forkserver_does_not_hang_a_restart(tmp_path):
+    """Every process start goes through the forkserver: a stopped one used to hang the restart, and with it the
+    coordinator's whole loop (no supervision, no line), for as long as it stayed stopped. Now it is killed and a
+    new one starts the restarted component."""
+    run = Run(tmp_path, 150_000).start()
+    run.steps_at_least(5_000)
+    forkserver = _helper_of(run, "forkserver import main")
+    run.pids.add(forkserver.pid)
+    forkserver.suspend()
+    try:
+        os.kill(run.pid_of("rollout_worker_1"), signal.SIGKILL)
+        # the stopped forkserver cannot pass the death on: the missing heartbeat (6 s) tells it
+        run.wait_for("the restart", lambda: "rollout_worker_1 hung for more than 6 s: restarted it (restart #1;"
+                     in run.log(), 60)
+        assert f"the forkserver (pid {forkserver.pid}) is stopped (SIGSTOP?): killed it" in run.log()
+        steps = run.status()["env_steps"]
+        run.steps_at_least(steps + 2_000)  # the supervision loop turns: the status goes on
+    finally:
+        if forkserver.is_running():
+            forkserver.resume()
+    rc, err = run.finish()
+    run.status()
+    run.assert_nothing_left()
+    check_finished(run, rc, err)
