@@ -309,10 +309,15 @@ class RolloutWorker(Component):
         """Take split ``split``'s step from its vector, write it into the slots and ask for the next actions."""
         sl, groups, actions = self.in_flight.pop(split)
         vector = self.vectors[split]
-        errors_before = vector.env_errors
+        errors_before, env_sec_before = vector.env_errors, vector.env_sec
         t0 = time.perf_counter()
         step = vector.step_wait()
-        perf.current().add("env_step", time.perf_counter() - t0)
+        wall = time.perf_counter() - t0
+        # the envs' own time, and the vector's Python around it (collecting a split's results into arrays)
+        env_sec = wall if env_sec_before is None else vector.env_sec - env_sec_before
+        perf.current().add("env_step", env_sec)
+        if wall > env_sec:
+            perf.current().add("vector", wall - env_sec)
         if vector.env_errors != errors_before:
             self.env_errors += vector.env_errors - errors_before
             self.last_env_error = vector.last_env_error

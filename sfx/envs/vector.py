@@ -86,6 +86,9 @@ class VectorEnv:
     # True: step_async returns while the envs step in threads of their own (a native pool), so the caller can serve
     # another split meanwhile; False: the step runs in step_async's caller, in step_wait
     asynchronous: bool = False
+    # seconds spent inside the envs' own step calls so far (the rest of a step is the vector's bookkeeping); None: not
+    # told apart (a native pool's calls are all env time)
+    env_sec: float | None = None
 
     @property
     def num_agents_total(self) -> int:
@@ -190,7 +193,7 @@ class PythonVectorEnv(VectorEnv):
         self._active = np.ones(n, dtype=bool)
         self.env_errors = 0
         self.last_env_error = None
-        self.step_sec = 0.0  # time spent inside the envs' step calls (the rest of a step is this class's own)
+        self.env_sec = 0.0
 
     def reset(self, seeds: list[int | None]) -> ObsBatch:
         nap = self.num_agents
@@ -235,7 +238,7 @@ class PythonVectorEnv(VectorEnv):
                     active[a] = True
                 if term[j] or trunc[j]:
                     events[a] = AgentEvent(info.get("final_obs"), info.get("episode"))
-        self.step_sec += env_sec
+        self.env_sec += env_sec
         return VectorStep(obs_buf, rewards, terminated, truncated, active if any_inactive else None, events)
 
     def _replace_crashed(self, e: int, error: str, events: dict[int, AgentEvent]) -> None:
