@@ -126,7 +126,7 @@ def check_experiment(sweep: Sweep, exp: str) -> Verdict:
 def steps_lost(sweep: Sweep, verdicts: dict[str, Verdict]) -> None:
     """Fill each fault's ``steps_lost``: for each resume of an experiment, the env steps status.json showed
     before it (since the previous resume) minus what it resumed at; charged to the last fault before it that
-    could have caused it (one of that experiment's, or a sweep-wide one)."""
+    could have ended the training (a signal to one of its processes or the runner, a machine stop)."""
     for exp, v in verdicts.items():
         obs = sweep.observed.get(exp)
         if obs is None:
@@ -142,8 +142,11 @@ def steps_lost(sweep: Sweep, verdicts: dict[str, Verdict]) -> None:
             lost = max(0, max(before) - resumed)
             cause = [f for f in sweep.injected if sweep.t0 + f.at_sec <= t and f.experiment in (exp, None)
                      and not f.note.startswith("skipped")]
-            if cause:
-                f = cause[-1]
+            # a training ends by a signal or a machine stop; a full disk, a cut file or a killed game alone does
+            # not end one (they are charged only when nothing else came before the resume)
+            ending = [f for f in cause if f.kind in ("sigkill", "sigstop", "machine_stop")]
+            if ending or cause:
+                f = (ending or cause)[-1]
                 f.steps_lost = (f.steps_lost or 0) + lost
                 if not f.recovered_by:
                     f.recovered_by = "resumed from its checkpoint"

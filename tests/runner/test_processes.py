@@ -608,3 +608,48 @@ def test_a_killed_rank_is_started_again_by_the_runner_and_every_rank_resumes(tmp
     assert "resumed at train step" in log, log[-3000:]
     # the restarted rank 1 took rank 0's weights and counters: the run ended at the target, counted once
     assert int((spec.exp_dir / "done").read_text().split("=")[1]) >= 150_000
+
+
+@pytest.mark.slow
+def test_a_killed_learner_is_restarted_by_the_runner_and_resumes_from_its_checkpoint(tmp_path):
+    """kill -9 of the learner: the training stops with its checkpoint kept (the learner may not be restarted
+    inside a training), and the runner starts the experiment again (--experiment_restarts), which resumes from
+    the newest checkpoint there was: no env step lost beyond it, none counted twice, the restart recorded."""
+    import psutil
+
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("learner", [
+            Experiment("cartpole", "python -m sfx.train --env=gym_CartPole-v1 --num_workers=2 --num_envs_per_worker=4 "
+                                   "--device=cpu --hidden_size=64 --use_rnn=False --train_for_env_steps=120000 "
+                                   "--batch_size=256 --save_every_sec=2 --set_workers_cpu_affinity=False --seed=1"),
+        ])
+    """)
+    spec, = specs_of(run_file, tmp_path)
+    ckpt_dir = spec.exp_dir / "checkpoint_p0"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "sfx.runner.run", f"--train_dir={tmp_path / 'td'}",
+                             f"--run={run_file}", "--num_gpus=0", "--restart_backoff_sec=1"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(ckpt_dir.glob("checkpoint_*.pth"))) < 2:
+            time.sleep(0.2)
+        learner = json.loads((spec.exp_dir / "status.json").read_text())["components"]["learner_0"]
+        os.kill(learner, signal.SIGKILL)
+        # the newest checkpoint when the learner died (the coordinator's stop saves no other: the learner is gone)
+        newest = max(int(p.stem.split("_")[2]) for p in ckpt_dir.glob("checkpoint_*.pth"))
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            for p in psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]:
+                p.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(rf"RESTART {spec.name} \(exit code 1\) after \d+ s: restart 1 of 3 in 1 s", out), out[-3000:]
+    log = (spec.exp_dir / "sf_log.txt").read_text()
+    assert "stopping: learner_0 died (exit code -9); its last checkpoint is kept" in log
+    resumed = [int(m) for m in re.findall(r"policy 0 resumed at train step \d+, (\d+) env steps", log)]
+    assert resumed and resumed[-1] >= newest, (resumed, newest)
+    state = read_state(spec)
+    assert state["restarts"] == 1 and state["attempts"] == 2 and state["state"] == "finished"
+    assert state["last_restart"]["returncode"] == 1
+    assert 120_000 <= int((spec.exp_dir / "done").read_text().split("=")[1]) <= 120_000 + 24 * 256
