@@ -348,3 +348,125 @@ def test_site_renders_in_a_headless_browser(served_site, tmp_path_factory, path,
         assert text in dom, f"{path}: {text!r} not shown"
     # the theme's own script ran (Material marks the document once its bundle starts)
     assert "md-search" in dom
+
+
+# --- every page fits a desktop and a phone screen (slow: a real browser) --------------------------------
+
+# Run by every page once it has loaded (injected by _ProbingHandler): what sticks out of the content column
+# (unless a box that scrolls inside the column holds it), flag names and marked words of code broken over
+# two lines, images that did not load, in-page links to no anchor. Posted to the host page as JSON.
+LAYOUT_PROBE = r"""
+window.addEventListener("load", () => {
+  const vw = document.documentElement.clientWidth;
+  const column = document.querySelector(".md-content") || document.body;
+  const edge = Math.min(vw, column.getBoundingClientRect().right);
+  const scrolls = (el) => {
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      const ox = getComputedStyle(p).overflowX;
+      if (["auto", "scroll", "hidden", "clip"].includes(ox) && p.getBoundingClientRect().right <= edge + 1) return true;
+    }
+    return false;
+  };
+  const say = (el) => el.tagName.toLowerCase() + ": " + (el.textContent || "").trim().slice(0, 80);
+  const out = {viewport: vw, wide: [], broken: [], images: [], links: []};
+  for (const el of column.querySelectorAll("*")) {
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > edge + 1 && !scrolls(el)) out.wide.push(say(el) + " (right edge " + Math.round(r.right) + " px)");
+  }
+  for (const c of document.querySelectorAll(".md-typeset code, .md-typeset code > span.sfx-word")) {
+    const text = c.textContent.trim();
+    if ((/^--\w+$/.test(text) || c.classList.contains("sfx-word")) && c.getClientRects().length > 1) out.broken.push(text);
+  }
+  for (const img of column.querySelectorAll("img")) {
+    if (!img.complete || img.naturalWidth === 0) out.images.push(img.getAttribute("src"));
+  }
+  for (const a of column.querySelectorAll("a[href^='#']")) {
+    const id = decodeURIComponent(a.getAttribute("href").slice(1));
+    if (id && !document.getElementById(id)) out.links.push(id);
+  }
+  window.parent.postMessage(JSON.stringify(out), "*");
+});
+"""
+PROBE_PREFIX = "/__probe__/"
+# Chromium's headless window is at least 500 px wide: a phone's width is the width of an iframe
+HOST_PAGE = ('<html><body style="margin:0"><iframe src="/{page}" style="width:{width}px;height:900px;border:0">'
+             '</iframe><script>addEventListener("message", e => {{ const p = document.createElement("pre"); '
+             'p.id = "layout-probe"; p.textContent = e.data; document.body.appendChild(p); }});</script></body></html>')
+WIDTHS = (1400, 390)
+
+
+def _pages() -> list[str]:
+    """The site path of every page (``agents/appo/``; the home page is ``""``)."""
+    pages = []
+    for md in sorted(DOCS.rglob("*.md")):
+        parts = md.relative_to(DOCS).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "index" else parts
+        pages.append("".join(f"{p}/" for p in parts))
+    return pages
+
+
+class _ProbingHandler(_QuietHandler):
+    """The built site with LAYOUT_PROBE in every page, and ``/__probe__/<width>/<page>``: a host page that
+    shows the page in an iframe of that width and writes what the probe posts into its own DOM."""
+
+    def send_head(self):
+        if self.path.startswith(PROBE_PREFIX):
+            width, page = self.path[len(PROBE_PREFIX):].split("/", 1)
+            return self._answer(HOST_PAGE.format(page=page, width=int(width)))
+        path = Path(self.translate_path(self.path))
+        path = path / "index.html" if path.is_dir() else path
+        if path.suffix == ".html" and path.is_file():
+            text = path.read_text(encoding="utf-8")
+            return self._answer(text.replace("</body>", f"<script>{LAYOUT_PROBE}</script></body>"))
+        return super().send_head()
+
+    def _answer(self, text: str):
+        import io
+
+        body = text.encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
+
+
+@pytest.fixture(scope="module")
+def probed_site(site):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_ProbingHandler, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}{PROBE_PREFIX}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_layout_probe_finds_every_page():
+    pages = _pages()
+    assert "" in pages and "getting-started/" in pages and "reference/flags/" in pages and len(pages) >= 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", _pages())
+def test_every_page_fits_desktop_and_phone_widths(probed_site, tmp_path, page, width):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium on PATH: install Debian's chromium (scripts/install_chromium.sh) to run this test")
+    # the virtual time budget lets the page load (and the theme's scripts run) before the DOM is dumped
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                          "--no-first-run", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
+                          "--window-size=1500,1000", "--virtual-time-budget=5000", "--dump-dom",
+                          f"{probed_site}{width}/{page}"], capture_output=True, text=True, timeout=90)
+    found = re.search(r'<pre id="layout-probe">(.*?)</pre>', dom.stdout, re.DOTALL)
+    assert found, f"{page or 'home'} at {width} px: the page never finished loading ({dom.stderr[-500:]})"
+    import html
+
+    report = json.loads(html.unescape(found.group(1)))
+    assert report["viewport"] == width
+    where = f"{page or 'home'} at {width} px"
+    assert not report["wide"], f"{where}: sticks out of the content column: {report['wide'][:5]}"
+    assert not report["broken"], f"{where}: code broken over two lines: {report['broken'][:10]}"
+    assert not report["images"], f"{where}: images that do not load: {report['images']}"
+    assert not report["links"], f"{where}: in-page links to no anchor: {report['links']}"
+
