@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -109,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             leaked.insert(0, f"the sweep did not end within {args.end_timeout_sec:.0f} s after the schedule")
     finally:
         sweep.close()
-        if mounted:
+        if mounted:  # the sweep's files are kept beside the tmpfs, for a look after a failure
+            kept = train_dir.with_name(train_dir.name + "_kept")
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(train_dir, kept, symlinks=True, ignore_dangling_symlinks=True, dirs_exist_ok=True)
             subprocess.run(["umount", "-l", str(train_dir)], check=False)
     command = "python -m bench.faults " + shlex.join(argv)
     text = report(sweep, verdicts, leaked, unaccounted, command, args.seed)

@@ -67,8 +67,11 @@ def check_experiment(sweep: Sweep, exp: str) -> Verdict:
     if not done.is_file():
         v.failures.append("its budget was not reached: no done file")
     else:
-        steps = int(done.read_text().split("=")[1])
-        if steps < cfg["train_for_env_steps"]:
+        text = done.read_text().strip()
+        steps = int(text.split("=")[1]) if text.startswith("env_steps=") else -1
+        if steps < 0:
+            v.failures.append(f"its done file does not say its env steps: {text!r}")
+        elif steps < cfg["train_for_env_steps"]:
             v.failures.append(f"done at {steps:,} env steps, below --train_for_env_steps={cfg['train_for_env_steps']:,}")
     # cfg.json as first written
     # (but its provenance: every start of the training writes its own, sfx.experiment.save_cfg)

@@ -247,8 +247,12 @@ def run_training(cfg: Any) -> dict:
         result["evaluations_skipped"] = list(evaluation.skipped)
     reporter.write_status(status, time.time(), stop_reason=stop.reason, result=result)
     if status == "done":
+        from sfx.experiment.cfg_io import atomic_write_text
+
         try:
-            done_path(cfg).write_text(f"env_steps={result['env_steps']}\n")
+            # atomically: a plain write on a full disk left an empty done file, which the runner took for a
+            # finished training (and the injector's check of its env steps failed on it)
+            atomic_write_text(done_path(cfg), f"env_steps={result['env_steps']}\n")
         except OSError as e:
             log.error("training finished but %s could not be written (%s): the same command will resume and "
                       "finish at once", done_path(cfg), e.strerror or e)

@@ -115,3 +115,26 @@ def test_disk_full_under_tensorboard_summaries_does_not_end_the_run(small_disk):
         if "fps" in acc.Tags()["scalars"]:
             later += [e.wall_time for e in acc.Scalars("fps") if e.wall_time > freed_at]
     assert later, "no summary after the disk had room again"
+
+
+@pytest.mark.fault("disk full when the training finishes (its done file)")
+def test_disk_full_at_the_end_leaves_no_empty_done_file(small_disk):
+    """The done file tells the runner (and a relaunch) that a training finished. Written plainly on a full disk
+    it was created empty: a finished-looking training whose env steps nobody could read. Now it is written whole
+    or not at all, and once there is room the same command finishes at once and writes it."""
+    done = small_disk / "d" / "done"
+    proc = subprocess.Popen(train_cmd(small_disk, 8), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    status = small_disk / "d" / "status.json"
+    deadline = time.time() + 90
+    while not status.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    filler = fill(small_disk)  # full until the training has ended
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert "training finished but" in err and "could not be written" in err, err[-3000:]
+    assert not done.exists(), f"a done file was left: {done.read_bytes()!r}"
+    os.unlink(filler)
+    again = subprocess.run(train_cmd(small_disk, 8), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert done.read_text().startswith("env_steps=") and int(done.read_text().split("=")[1]) > 0
