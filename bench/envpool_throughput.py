@@ -69,12 +69,10 @@ def env_cfg(args: argparse.Namespace, backend: str):
 # --------------------------------------------------------------------------- children
 
 def task_and_options(cfg) -> tuple[str, dict]:
-    from sfx.envs.envpool import families
+    import importlib
 
-    prefix = cfg.env.split("_", 1)[0] + "_"
-    translate = {"atari_": families.atari_options, "mujoco_": families.mujoco_options,
-                 "minigrid_": families.minigrid_options, "procgen_": families.procgen_options}[prefix]
-    return translate(cfg)
+    family = cfg.env.split("_", 1)[0]  # atari, mujoco, minigrid, procgen: each translates its own flags
+    return getattr(importlib.import_module(f"sfx.envs.{family}"), f"{family}_options")(cfg)
 
 
 def child_envpool(args: argparse.Namespace, asynchronous: bool) -> dict:

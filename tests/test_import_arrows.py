@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # a room's height: an import may only go to a lower room (or within its own)
 ROOMS = {
     "sfx.train": 7, "sfx.enjoy": 7, "sfx.export": 7, "sfx.dummy_sampler": 7, "sfx.runner": 7, "sfx.tb": 7,
+    "sfx.tune_throughput": 8,  # a tool over the entry points: it runs the dummy sampler and sfx.train
     "sfx.pbt": 6, "sfx.engine": 5, "sfx.agents": 4,
     "sfx.models": 3, "sfx.envs": 3, "sfx.experiment": 3,
     "sfx.algo": 2, "sfx.cfg": 1, "sfx.errors": 0, "sfx": 8,

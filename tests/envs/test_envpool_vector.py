@@ -10,7 +10,7 @@ envpool = pytest.importorskip("envpool", reason="the envpool extra is not instal
 
 from sfx.cfg import ConfigError, default_cfg  # noqa: E402
 from sfx.envs import make_env  # noqa: E402
-from sfx.envs.envpool.families import atari_options  # noqa: E402
+from sfx.envs.atari import atari_options  # noqa: E402
 from sfx.envs.envpool.vector import EnvPoolVector  # noqa: E402
 from sfx.envs.vector import make_vector_env  # noqa: E402
 

@@ -31,7 +31,8 @@ from typing import Any
 from sfx.cfg.flag_types import add_bool_arg
 from sfx.errors import ConfigError
 from sfx.envs.atari.games import ATARI_57, PREFIX, all_rom_ids, check_game, game_name
-from sfx.envs.envpool import add_backend_params, uses_envpool
+from sfx.envs.envpool import add_backend_params, check_envpool_cfg, not_served, pool_threads, require_envpool, uses_envpool
+from sfx.envs.envpool.families import NO_LIMIT, is_evaluation, seeds_for
 from sfx.envs.atari.wrappers import (EpisodicLifeEnv, FireReset, FrameStack, MaxPoolFrameSkip, NoopReset,
                                      ResizeFrame, action_index)
 from sfx.envs.registry import env_seed, gym_id_stem, register_env_family
@@ -89,8 +90,6 @@ def validate_atari_cfg(cfg: argparse.Namespace) -> None:
     if not isinstance(skip, int) or skip < 1:
         raise ConfigError(f"--env_frameskip={skip} must be a positive integer for Atari")
     if uses_envpool(cfg):
-        from sfx.envs.envpool.families import atari_options
-
         atari_options(cfg)
 
 
@@ -136,13 +135,62 @@ def served_gym_id(gym_id: str) -> str | None:
     return PREFIX + games[stem] if stem in games else None
 
 
+
+# ------------------------------------------------------------------------------------ on EnvPool (--env_backend)
+
+
+def atari_task_id(game: str) -> str:
+    """ale-py's ROM id -> EnvPool's task: ``space_invaders`` -> ``SpaceInvaders-v5``."""
+    return "".join(part.capitalize() for part in game.split("_")) + "-v5"
+
+
+def atari_served() -> list[str]:
+    """The ``atari_`` names EnvPool serves."""
+    tasks = set(require_envpool().list_all_envs())
+    return [PREFIX + rom for rom in all_rom_ids() if atari_task_id(rom) in tasks]
+
+
+def atari_options(cfg: Any) -> tuple[str, dict[str, Any]]:
+    """``--env`` and the ``--atari_*`` flags -> (EnvPool task, its config); :class:`ConfigError` where EnvPool
+    cannot do what a flag says."""
+    game = check_game(cfg.env)
+    task = atari_task_id(game)
+    check_envpool_cfg(cfg, task, atari_served())
+    skip = int(cfg.env_frameskip)
+    if cfg.atari_noop_max < 1:
+        # EnvPool 1.2.5 crashes (segmentation fault) at its first reset with noop_max=0
+        raise not_served("--atari_noop_max", cfg.atari_noop_max, "an integer >= 1 (EnvPool always starts a game "
+                         "with 1..N no-op frames)")
+    cap = int(cfg.atari_max_episode_frames)
+    if cap % skip:
+        raise not_served("--atari_max_episode_frames", cap, f"a multiple of --env_frameskip={skip} (EnvPool counts "
+                         "its time limit in agent steps), or 0 for no limit")
+    sticky = float(cfg.atari_sticky_action_prob) if cfg.atari_sticky_actions else 0.0
+    return task, {
+        "frame_skip": skip,
+        "repeat_action_probability": sticky,
+        "full_action_space": bool(cfg.atari_full_action_set),
+        "noop_max": int(cfg.atari_noop_max),
+        "use_fire_reset": bool(cfg.atari_fire_reset),
+        "max_episode_steps": cap // skip if cap > 0 else NO_LIMIT,
+        # the Python stack's preprocessing: 4 stacked 84x84 grayscale frames, area-interpolated, max over the
+        # last two frames of each step (EnvPool always max-pools)
+        "stack_num": 4, "img_height": 84, "img_width": 84, "gray_scale": True, "use_inter_area_resize": True,
+        # sfx clips rewards in the learner (--reward_clip) and ends lives itself (see EnvPoolVector)
+        "reward_clip": False, "episodic_life": False, "zero_discount_on_life_loss": False,
+    }
+
+
 def make_atari_vector(cfg: Any, env_configs: list[dict]) -> Any:
-    """The family's ``make_vector_fn``: EnvPool's pool under ``--env_backend=envpool``, else None (Python envs)."""
+    """The ``atari_`` family's ``make_vector_fn``."""
     if not uses_envpool(cfg):
         return None
-    from sfx.envs.envpool.families import make_atari_vector as make
+    task, options = atari_options(cfg)
+    episodic_life = bool(cfg.atari_episodic_life) and not is_evaluation(cfg)
+    from sfx.envs.envpool.vector import EnvPoolVector
 
-    return make(cfg, env_configs)
+    return EnvPoolVector(task, seeds_for(cfg, env_configs), options, pool_threads(cfg, len(env_configs)),
+                         episodic_life=episodic_life, name=f"envpool {task}")
 
 
 def register_family() -> None:

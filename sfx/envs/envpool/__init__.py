@@ -9,7 +9,7 @@ one after the other (:mod:`sfx.envs.vector`):
 * ``minigrid_`` (``--env_backend=envpool``),
 * ``procgen_`` (EnvPool only: its one backend).
 
-The family translates its own flags into EnvPool's config (:mod:`sfx.envs.envpool.families`), so a flag means
+The family translates its own flags into EnvPool's config (its ``<family>_options``, e.g. :func:`sfx.envs.atari.atari_options`), so a flag means
 the same thing on either backend, and refuses in one line a value EnvPool cannot serve; the pool's episode
 semantics are translated to sfx's by :class:`~sfx.envs.envpool.vector.EnvPoolVector`.
 ``docs/environments/envpool.md`` lists what differs and when each backend is faster.

@@ -49,7 +49,8 @@ import numpy as np
 from minigrid.core.constants import COLOR_TO_IDX, DIR_TO_VEC, OBJECT_TO_IDX, STATE_TO_IDX
 
 from sfx.errors import ConfigError
-from sfx.envs.envpool import add_backend_params, uses_envpool
+from sfx.envs.envpool import add_backend_params, check_envpool_cfg, pool_threads, require_envpool, uses_envpool
+from sfx.envs.envpool.families import check_no_frameskip, seeds_for
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
 from sfx.envs.registry import env_seed, gym_id_stem, register_env_family
 from sfx.envs.wrappers import FrameSkip
@@ -214,8 +215,6 @@ def validate_minigrid_cfg(cfg: argparse.Namespace) -> None:
         raise ConfigError(f"--minigrid_agent_view_size={size} is not valid; allowed: an odd number >= 3 "
                           f"(or None for the env's own view)")
     if uses_envpool(cfg):
-        from sfx.envs.envpool.families import minigrid_options
-
         minigrid_options(cfg)
 
 
@@ -240,13 +239,45 @@ def served_gym_id(gym_id: str) -> str | None:
     return None
 
 
+
+# ------------------------------------------------------------------------------------ on EnvPool (--env_backend)
+
+
+def minigrid_options(cfg: Any) -> tuple[str, dict[str, Any]]:
+    """``--env`` and the ``--minigrid_*`` flags -> (EnvPool task, its config)."""
+    task = minigrid_id(cfg.env)
+    served = set(require_envpool().list_all_envs())
+    check_envpool_cfg(cfg, task, [PREFIX + short_name(i) for i in minigrid_env_ids() if i in served])
+    check_no_frameskip(cfg, "the EnvPool backend does not repeat MiniGrid actions")
+    options: dict[str, Any] = {}
+    if cfg.minigrid_agent_view_size is not None:
+        options["agent_view_size"] = int(cfg.minigrid_agent_view_size)
+    return task, options
+
+
 def make_minigrid_vector(cfg: Any, env_configs: list[dict]) -> Any:
-    """The family's ``make_vector_fn``: EnvPool's pool under ``--env_backend=envpool``, else None (Python envs)."""
+    """The ``minigrid_`` family's ``make_vector_fn``: EnvPool's dict observations flattened as the Python envs'
+    (:func:`sfx.envs.minigrid.flat_views`), and the ``success`` statistic."""
     if not uses_envpool(cfg):
         return None
-    from sfx.envs.envpool.families import make_minigrid_vector as make
+    task, options = minigrid_options(cfg)
+    kind = cfg.minigrid_obs
+    view = require_envpool().make_spec(task, **options).observation_space["image"].shape[:2]
 
-    return make(cfg, env_configs)
+    def obs_fn(raw: dict) -> np.ndarray:
+        return flat_views(raw["image"], raw["direction"], kind)
+
+    from sfx.envs.envpool.vector import EnvPoolVector
+
+    return EnvPoolVector(task, seeds_for(cfg, env_configs), options, pool_threads(cfg, len(env_configs)),
+                         observation_space=flat_view_space(view, kind), obs_fn=obs_fn,
+                         extra_stats_fn=_minigrid_success, name=f"envpool {task}")
+
+
+def _minigrid_success(ended: np.ndarray, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
+                      info: dict) -> list[dict]:
+    # as the Python envs': 1 when the episode ended on a terminal step with a positive reward
+    return [{"success": float(t and r > 0)} for t, r in zip(terminated.tolist(), rewards.tolist())]
 
 
 def register_family() -> None:

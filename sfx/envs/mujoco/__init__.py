@@ -18,7 +18,8 @@ import gymnasium
 import numpy as np
 
 from sfx.errors import ConfigError
-from sfx.envs.envpool import add_backend_params, uses_envpool
+from sfx.envs.envpool import add_backend_params, check_envpool_cfg, pool_threads, require_envpool, uses_envpool
+from sfx.envs.envpool.families import check_no_frameskip, seeds_for
 from sfx.envs.gym import make_gymnasium_as_agent
 from sfx.envs.multi_agent import SingleAgentEnvAdapter
 from sfx.envs.registry import gym_id_stem, register_env_family
@@ -130,8 +131,6 @@ def validate_mujoco_cfg(cfg: argparse.Namespace) -> None:
     if limit is not None and limit <= 0:
         raise ConfigError(f"--mujoco_max_episode_steps={limit} must be a positive integer (or None)")
     if uses_envpool(cfg):
-        from sfx.envs.envpool.families import mujoco_options
-
         mujoco_options(cfg)
 
 
@@ -149,13 +148,41 @@ def served_gym_id(gym_id: str) -> str | None:
     return PREFIX + stem if stem in MUJOCO_ENVS else None
 
 
+
+# ------------------------------------------------------------------------------------ on EnvPool (--env_backend)
+
+
+def mujoco_options(cfg: Any) -> tuple[str, dict[str, Any]]:
+    """``--env`` and the ``--mujoco_*`` flags -> (EnvPool task, its config)."""
+    task = mujoco_id(cfg.env)
+    check_envpool_cfg(cfg, task, sorted(PREFIX + n for n in MUJOCO_ENVS))
+    check_no_frameskip(cfg, "EnvPool's MuJoCo frame_skip is the physics substeps of one env step, not an action "
+                             "repeat")
+    options: dict[str, Any] = {}
+    if cfg.mujoco_max_episode_steps is not None:
+        options["max_episode_steps"] = int(cfg.mujoco_max_episode_steps)
+    return task, options
+
+
+def _float32_obs(raw: np.ndarray) -> np.ndarray:
+    return raw.astype(np.float32)
+
+
+def _float32_space(space: gymnasium.spaces.Box) -> gymnasium.spaces.Box:
+    return gymnasium.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), shape=space.shape,
+                                dtype=np.float32)
+
+
 def make_mujoco_vector(cfg: Any, env_configs: list[dict]) -> Any:
-    """The family's ``make_vector_fn``: EnvPool's pool under ``--env_backend=envpool``, else None (Python envs)."""
+    """The ``mujoco_`` family's ``make_vector_fn``: observations as float32, like the Python envs'."""
     if not uses_envpool(cfg):
         return None
-    from sfx.envs.envpool.families import make_mujoco_vector as make
+    task, options = mujoco_options(cfg)
+    space = _float32_space(require_envpool().make_spec(task, **options).observation_space)
+    from sfx.envs.envpool.vector import EnvPoolVector
 
-    return make(cfg, env_configs)
+    return EnvPoolVector(task, seeds_for(cfg, env_configs), options, pool_threads(cfg, len(env_configs)),
+                         observation_space=space, obs_fn=_float32_obs, name=f"envpool {task}")
 
 
 def register_family() -> None:

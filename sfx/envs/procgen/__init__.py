@@ -32,7 +32,10 @@ import argparse
 import difflib
 from typing import Any
 
-from sfx.envs.envpool import add_backend_params
+import numpy as np
+
+from sfx.envs.envpool import add_backend_params, check_envpool_cfg, pool_threads, require_envpool
+from sfx.envs.envpool.families import check_no_frameskip, seeds_for
 from sfx.envs.registry import register_env_family
 from sfx.errors import ConfigError
 
@@ -109,8 +112,6 @@ def add_procgen_params(parser: argparse.ArgumentParser) -> None:
 
 def validate_procgen_cfg(cfg: argparse.Namespace) -> None:
     """:class:`ConfigError` for an unknown game, a mode the game lacks, bad level numbers, or no EnvPool / Qt 5."""
-    from sfx.envs.envpool.families import procgen_options
-
     check_game(cfg.env)
     for flag in ("procgen_num_levels", "procgen_start_level"):
         value = getattr(cfg, flag)
@@ -122,8 +123,6 @@ def validate_procgen_cfg(cfg: argparse.Namespace) -> None:
 
 def require_qt5() -> None:
     """:class:`ConfigError` in one line when EnvPool's Procgen cannot load the system Qt 5 runtime."""
-    from sfx.envs.envpool import require_envpool
-
     require_envpool()
     try:
         import envpool.procgen  # noqa: F401 (loads the C++ module that links Qt 5)
@@ -137,17 +136,47 @@ def make_procgen_env(full_env_name: str, cfg: Any, env_config: dict | None = Non
                      render_mode: str | None = None) -> Any:
     """One Procgen game as a one-agent env (a one-env EnvPool pool; the probe, the evaluator and sfx.enjoy use it,
     rollout workers step whole pools through :func:`make_procgen_vector`)."""
-    from sfx.envs.envpool.families import VectorAsEnv, make_procgen_vector
+    from sfx.envs.envpool.families import VectorAsEnv
 
     config = dict(env_config or {"worker_index": 0, "vector_index": 0, "env_id": 0})
     return VectorAsEnv(lambda configs: make_procgen_vector(cfg, configs), config)
 
 
-def make_procgen_vector(cfg: Any, env_configs: list[dict]) -> Any:
-    """The family's ``make_vector_fn`` (see :func:`sfx.envs.envpool.families.make_procgen_vector`)."""
-    from sfx.envs.envpool.families import make_procgen_vector as make
 
-    return make(cfg, env_configs)
+# ------------------------------------------------------------------------------------ on EnvPool (--env_backend)
+
+
+def procgen_task_id(game: str, mode: str) -> str:
+    """``starpilot``, ``easy`` -> ``StarpilotEasy-v0``."""
+    return f"{game.capitalize()}{mode.capitalize()}-v0"
+
+
+def procgen_options(cfg: Any) -> tuple[str, dict[str, Any]]:
+    """``--env`` and the ``--procgen_*`` flags -> (EnvPool task, its config)."""
+    game = check_game(cfg.env)
+    mode = cfg.procgen_distribution_mode
+    modes = distribution_modes(game)
+    if mode not in modes:
+        raise ConfigError(f"--procgen_distribution_mode={mode} is not one of {cfg.env}'s; allowed: {', '.join(modes)}")
+    task = procgen_task_id(game, mode)
+    check_envpool_cfg(cfg, task, [PREFIX + g for g in PROCGEN_GAMES])
+    check_no_frameskip(cfg, "Procgen's agent step is one game frame and the EnvPool backend does not repeat actions")
+    return task, {"num_levels": int(cfg.procgen_num_levels), "start_level": int(cfg.procgen_start_level)}
+
+
+def _procgen_level_complete(ended: np.ndarray, final_obs: Any, rewards: np.ndarray, terminated: np.ndarray,
+                            info: dict) -> list[dict]:
+    # EnvPool's prev_level_complete is 1 on the step that completed the level (0 at a death or the time limit)
+    return [{"success": float(c)} for c in np.asarray(info["prev_level_complete"])[ended].tolist()]
+
+
+def make_procgen_vector(cfg: Any, env_configs: list[dict]) -> Any:
+    """The ``procgen_`` family's ``make_vector_fn`` (EnvPool is its only backend)."""
+    task, options = procgen_options(cfg)
+    from sfx.envs.envpool.vector import EnvPoolVector
+
+    return EnvPoolVector(task, seeds_for(cfg, env_configs), options, pool_threads(cfg, len(env_configs)),
+                         extra_stats_fn=_procgen_level_complete, name=f"envpool {task}")
 
 
 def register_family() -> None:
