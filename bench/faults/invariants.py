@@ -176,7 +176,9 @@ def explain(sweep: Sweep, cfgs: dict[str, dict]) -> list[str]:
         exp_log = log_lines(sweep.run_dir / f.experiment / "sf_log.txt") if f.experiment else []
         after = [msg for ts, _, msg in exp_log if ts >= t - 1.0]
         name = f.target.split("/", 1)[1] if "/" in f.target else f.target
-        restarted_by_runner = f.experiment is not None and any(
+        # the runner's lines carry no time: a restart of the experiment counts for a kill only (a short SIGSTOP
+        # needs none, and an unrelated later restart must not be taken for its recovery)
+        restarted_by_runner = f.kind == "sigkill" and f.experiment is not None and any(
             line.startswith(f"[runner] RESTART {f.experiment} ") for line in runner)
         if f.kind in ("sigkill", "sigstop") and name.startswith(("forkserver", "resource_tracker")):
             what = "forkserver" if name.startswith("forkserver") else "resource tracker"
@@ -194,6 +196,8 @@ def explain(sweep: Sweep, cfgs: dict[str, dict]) -> list[str]:
             elif f.kind == "sigstop":
                 hb = cfgs.get(f.experiment, {}).get("heartbeat_timeout_sec")
                 f.recovered_by = f"SIGCONT before the heartbeat timeout ({hb} s)"
+        elif f.kind == "sigstop" and name == "runner":
+            f.recovered_by = "SIGCONT (the experiments ran on meanwhile)"
         elif f.kind in ("sigkill", "sigstop"):
             if restarted_by_runner:
                 f.recovered_by = "runner restart, resumed from its checkpoint"
