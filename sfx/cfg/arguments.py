@@ -164,6 +164,11 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--eval_env", default=None,
                    help="env to evaluate on (None = --env); any env of the same family with the same observation and "
                         "action spaces, e.g. a held-out level or scenario")
+    g.add_argument("--eval_env_flags", default=None, metavar="'--FLAG=VALUE ...'",
+                   help="env flags of the evaluator's envs only, over this run's: flags of the eval env's family, as "
+                        "on a command line (--eval_env_flags='--procgen_num_levels=0' tests a policy trained on 200 "
+                        "Procgen levels on the full distribution; --eval_env_flags=--atari_episodic_life=False plays "
+                        "whole Atari games); checked at start against the family's own flags; None = the run's")
     add_bool_arg(g, "eval_deterministic", False, "evaluate with the most likely action (argmax) instead of sampling")
     g.add_argument("--eval_num_envs", type=int, default=2,
                    help="envs the evaluator steps (in its one process: its share of the CPU)")

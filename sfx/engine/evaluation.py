@@ -1,10 +1,12 @@
 """The coordinator's side of evaluation during training: :class:`EvaluationPart` schedules evaluations and
-reports their results; :func:`check_eval_env` checks ``--eval_env`` before anything starts. The evaluator
-component that plays the episodes is :mod:`sfx.engine.evaluator`."""
+reports their results; :func:`check_eval_env` checks ``--eval_env`` and ``--eval_env_flags`` before anything
+starts; :func:`eval_env_overrides` reads ``--eval_env_flags``. The evaluator component that plays the episodes is
+:mod:`sfx.engine.evaluator`."""
 
 from __future__ import annotations
 
 import logging
+import shlex
 from typing import Any
 
 from sfx.engine.evaluator import EVALUATOR, eval_cfg
@@ -14,27 +16,83 @@ from sfx.engine.queues import put_or_raise
 log = logging.getLogger(__name__)
 
 
-def check_eval_env(cfg: Any, env_info: Any) -> None:
-    """Before anything starts: ``--eval_env`` must make an env with the training env's spaces and agents."""
-    from sfx.envs import make_env
+def eval_env_overrides(cfg: Any) -> dict[str, Any]:
+    """``--eval_env_flags`` as ``{flag's dest: value}``: the flags it gives, parsed with the eval env's family's own
+    flags (``--eval_env``'s family, else ``--env``'s) and nothing else, so a trainer flag (``--env_frameskip``,
+    which would change what an action means) or a misspelt one is refused. ``{}`` when it is None or empty.
+
+    Raises:
+        ConfigError: in one line, naming ``--eval_env_flags``, for a flag the family does not have, a bad value,
+            or a string that does not split into arguments.
+    """
+    from sfx.cfg.parsing import ArgParser, explicit_flags
+    from sfx.envs.registry import find_family
     from sfx.errors import ConfigError
 
-    if cfg.eval_every_env_steps <= 0 or not cfg.eval_env or cfg.eval_env == cfg.env:
-        return
+    text = cfg.eval_env_flags
+    if not text or not text.strip():
+        return {}
+    where = f"--eval_env_flags={text!r}"
     try:
-        env = make_env(eval_cfg(cfg), {"worker_index": -1, "vector_index": 0, "env_id": -1})
+        argv = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"{where} does not split into arguments ({e}); give flags as on a command line, e.g. "
+                          f"--eval_env_flags='--procgen_num_levels=0'") from None
+    env = cfg.eval_env or cfg.env
+    family = find_family(env)
+    # the family's flags alone: the evaluator's envs may differ from the training envs in env settings only
+    parser = ArgParser(prog="--eval_env_flags", add_help=False, allow_abbrev=False)
+    if family.add_params_fn is not None:
+        family.add_params_fn(parser)
+    allowed = sorted(s for a in parser._actions for s in a.option_strings)
+    if not allowed:
+        raise ConfigError(f"{where}: the {family.prefix} family (--env={env}) has no env flags of its own to set")
+    try:
+        values, unknown = parser.parse_known_args(argv)
+        given = explicit_flags(parser, argv)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if unknown:
+        raise ConfigError(f"{where}: {unknown[0]!r} is not a flag of the {family.prefix} family (--env={env}); "
+                          f"allowed: {', '.join(allowed)}")
+    return {name: getattr(values, name) for name in sorted(given)}
+
+
+def check_eval_env(cfg: Any, env_info: Any) -> None:
+    """Before anything starts: ``--eval_env_flags`` must be flags of the eval env's family with values it accepts,
+    and ``--eval_env`` (with those flags) must make an env with the training env's spaces and agents."""
+    from sfx.envs import make_env
+    from sfx.envs.registry import find_family
+    from sfx.errors import ConfigError
+
+    if cfg.eval_every_env_steps <= 0:
+        return
+    other_env = bool(cfg.eval_env) and cfg.eval_env != cfg.env
+    if not other_env and not eval_env_overrides(cfg):
+        return
+    ecfg = eval_cfg(cfg)
+    family = find_family(ecfg.env)
+    if cfg.eval_env_flags and family.validate_fn is not None:
+        try:
+            family.validate_fn(ecfg)
+        except ConfigError as e:
+            raise ConfigError(f"--eval_env_flags={cfg.eval_env_flags!r}: {e}") from None
+    what = " ".join(f"{flag}={value!r}" for flag, value in (("--eval_env", cfg.eval_env),
+                                                            ("--eval_env_flags", cfg.eval_env_flags)) if value)
+    try:
+        env = make_env(ecfg, {"worker_index": -1, "vector_index": 0, "env_id": -1})
     except ConfigError:
         raise
-    except Exception as e:  # noqa: BLE001 - any failure to make it is the user's --eval_env
-        raise ConfigError(f"--eval_env={cfg.eval_env!r} could not be made with this run's flags ({type(e).__name__}: "
-                          f"{e}); allowed: an env of the same family as --env={cfg.env}") from None
+    except Exception as e:  # noqa: BLE001 - any failure to make it is the user's --eval_env / --eval_env_flags
+        raise ConfigError(f"{what} could not be made with this run's flags ({type(e).__name__}: {e}); allowed: an "
+                          f"env of the same family as --env={cfg.env}") from None
     try:
         got = (env.observation_space, env.action_space, env.num_agents)
     finally:
         env.close()
     want = (env_info.observation_space, env_info.action_space, env_info.num_agents)
     if got != want:
-        raise ConfigError(f"--eval_env={cfg.eval_env!r} has observation space {got[0]}, action space {got[1]}, "
+        raise ConfigError(f"{what} has observation space {got[0]}, action space {got[1]}, "
                           f"{got[2]} agent(s); --env={cfg.env} has {want[0]}, {want[1]}, {want[2]}: allowed: an env "
                           f"with the same spaces and number of agents")
 

@@ -52,10 +52,15 @@ EVAL_SEED_STRIDE = 10_007  # an evaluation's env seeds move on by this much from
 
 
 def eval_cfg(cfg: Any) -> Any:
-    """The cfg the evaluator makes its envs from: ``--eval_env`` in place of ``--env`` (when given)."""
+    """The cfg the evaluator makes its envs from: ``--eval_env`` in place of ``--env`` (when given), and the env flags
+    ``--eval_env_flags`` gives over the run's (:func:`sfx.engine.evaluation.eval_env_overrides`)."""
+    from sfx.engine.evaluation import eval_env_overrides  # that module imports this one
+
     out = copy.copy(cfg)
     if cfg.eval_env:
         out.env = cfg.eval_env
+    for name, value in eval_env_overrides(cfg).items():
+        setattr(out, name, value)
     return out
 
 

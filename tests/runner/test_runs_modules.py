@@ -92,7 +92,7 @@ def test_run_module_lookup_and_errors(tmp_path, capsys, monkeypatch):
 
     bad = tmp_path / "bad.py"
     cases = [
-        ("runs.nope", "no such run module; available: runs.atari, runs.benchmark"),
+        ("runs.nope", f"no such run module; available: {', '.join('runs.' + m for m in RUN_MODULES)}\n"),
         (str(tmp_path / "missing.py"), "no such run module"),
         ("bad.py", "has no RUN_DESCRIPTION"),
     ]
