@@ -1,61 +1,18 @@
 """The coordinator's side of evaluation during training: :class:`EvaluationPart` schedules evaluations and
 reports their results; :func:`check_eval_env` checks ``--eval_env`` and ``--eval_env_flags`` before anything
-starts; :func:`eval_env_overrides` reads ``--eval_env_flags``. The evaluator component that plays the episodes is
+starts (:func:`~sfx.engine.evaluator.eval_env_overrides` reads ``--eval_env_flags``). The evaluator component that plays the episodes is
 :mod:`sfx.engine.evaluator`."""
 
 from __future__ import annotations
 
 import logging
-import shlex
 from typing import Any
 
-from sfx.engine.evaluator import EVALUATOR, eval_cfg
+from sfx.engine.evaluator import EVALUATOR, eval_cfg, eval_env_overrides
 from sfx.engine.protocol import ERROR, EVAL_RESULT, EVALUATE, STOPPED
 from sfx.engine.queues import put_or_raise
 
 log = logging.getLogger(__name__)
-
-
-def eval_env_overrides(cfg: Any) -> dict[str, Any]:
-    """``--eval_env_flags`` as ``{flag's dest: value}``: the flags it gives, parsed with the eval env's family's own
-    flags (``--eval_env``'s family, else ``--env``'s) and nothing else, so a trainer flag (``--env_frameskip``,
-    which would change what an action means) or a misspelt one is refused. ``{}`` when it is None or empty.
-
-    Raises:
-        ConfigError: in one line, naming ``--eval_env_flags``, for a flag the family does not have, a bad value,
-            or a string that does not split into arguments.
-    """
-    from sfx.cfg.parsing import ArgParser, explicit_flags
-    from sfx.envs.registry import find_family
-    from sfx.errors import ConfigError
-
-    text = cfg.eval_env_flags
-    if not text or not text.strip():
-        return {}
-    where = f"--eval_env_flags={text!r}"
-    try:
-        argv = shlex.split(text)
-    except ValueError as e:
-        raise ConfigError(f"{where} does not split into arguments ({e}); give flags as on a command line, e.g. "
-                          f"--eval_env_flags='--procgen_num_levels=0'") from None
-    env = cfg.eval_env or cfg.env
-    family = find_family(env)
-    # the family's flags alone: the evaluator's envs may differ from the training envs in env settings only
-    parser = ArgParser(prog="--eval_env_flags", add_help=False, allow_abbrev=False)
-    if family.add_params_fn is not None:
-        family.add_params_fn(parser)
-    allowed = sorted(s for a in parser._actions for s in a.option_strings)
-    if not allowed:
-        raise ConfigError(f"{where}: the {family.prefix} family (--env={env}) has no env flags of its own to set")
-    try:
-        values, unknown = parser.parse_known_args(argv)
-        given = explicit_flags(parser, argv)
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    if unknown:
-        raise ConfigError(f"{where}: {unknown[0]!r} is not a flag of the {family.prefix} family (--env={env}); "
-                          f"allowed: {', '.join(allowed)}")
-    return {name: getattr(values, name) for name in sorted(given)}
 
 
 def check_eval_env(cfg: Any, env_info: Any) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import shlex
 import time
 from typing import Any
 
@@ -51,11 +52,51 @@ EVALUATOR = "evaluator_0"
 EVAL_SEED_STRIDE = 10_007  # an evaluation's env seeds move on by this much from the previous one's
 
 
+def eval_env_overrides(cfg: Any) -> dict[str, Any]:
+    """``--eval_env_flags`` as ``{flag's dest: value}``: the flags it gives, parsed with the eval env's family's own
+    flags (``--eval_env``'s family, else ``--env``'s) and nothing else, so a trainer flag (``--env_frameskip``,
+    which would change what an action means) or a misspelt one is refused. ``{}`` when it is None or empty.
+
+    Raises:
+        ConfigError: in one line, naming ``--eval_env_flags``, for a flag the family does not have, a bad value,
+            or a string that does not split into arguments.
+    """
+    from sfx.cfg.parsing import ArgParser, explicit_flags
+    from sfx.envs.registry import find_family
+    from sfx.errors import ConfigError
+
+    text = cfg.eval_env_flags
+    if not text or not text.strip():
+        return {}
+    where = f"--eval_env_flags={text!r}"
+    try:
+        argv = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"{where} does not split into arguments ({e}); give flags as on a command line, e.g. "
+                          f"--eval_env_flags='--procgen_num_levels=0'") from None
+    env = cfg.eval_env or cfg.env
+    family = find_family(env)
+    # the family's flags alone: the evaluator's envs may differ from the training envs in env settings only
+    parser = ArgParser(prog="--eval_env_flags", add_help=False, allow_abbrev=False)
+    if family.add_params_fn is not None:
+        family.add_params_fn(parser)
+    allowed = sorted(s for a in parser._actions for s in a.option_strings)
+    if not allowed:
+        raise ConfigError(f"{where}: the {family.prefix} family (--env={env}) has no env flags of its own to set")
+    try:
+        values, unknown = parser.parse_known_args(argv)
+        given = explicit_flags(parser, argv)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if unknown:
+        raise ConfigError(f"{where}: {unknown[0]!r} is not a flag of the {family.prefix} family (--env={env}); "
+                          f"allowed: {', '.join(allowed)}")
+    return {name: getattr(values, name) for name in sorted(given)}
+
+
 def eval_cfg(cfg: Any) -> Any:
     """The cfg the evaluator makes its envs from: ``--eval_env`` in place of ``--env`` (when given), and the env flags
-    ``--eval_env_flags`` gives over the run's (:func:`sfx.engine.evaluation.eval_env_overrides`)."""
-    from sfx.engine.evaluation import eval_env_overrides  # that module imports this one
-
+    ``--eval_env_flags`` gives over the run's (:func:`eval_env_overrides`)."""
     out = copy.copy(cfg)
     if cfg.eval_env:
         out.env = cfg.eval_env
