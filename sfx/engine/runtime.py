@@ -145,6 +145,9 @@ def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t:
     setup_logging(cfg, name)
     # SIGUSR1 (sent by the coordinator to a component that stopped beating) writes every thread's
     # stack to the experiment's log: the "what was it doing" of a hang
+    # (a component is started after its run made the experiment folder; one started without a run, as a test's,
+    # makes it: the log's lines wait for the folder in memory, this file cannot)
+    log_path(cfg).parent.mkdir(parents=True, exist_ok=True)
     stack_file = open(log_path(cfg), "a")  # noqa: SIM115 - must stay open for the process's life
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
 
