@@ -224,7 +224,8 @@ def test_a_command_that_cannot_start_fails_alone(tmp_path):
             Experiment("ok", "python {tmp_path / 'rec.py'}"),
         ])
     """)
-    proc = runner([f"--run={run_file}", "--pause_between=0"], tmp_path)
+    # each failure as it is reported, not after three restarts each (--experiment_restarts has its own tests)
+    proc = runner([f"--run={run_file}", "--pause_between=0", "--experiment_restarts=0"], tmp_path)
     assert proc.returncode == 1
     assert "FAILED 00_missing: could not start 'no_such_program_sfx_test'" in proc.stdout
     assert "FAILED 01_crash (exit code 3)" in proc.stdout and "    (no output)" in proc.stdout
