@@ -165,7 +165,7 @@ class Evaluator(Component):
     def evaluate(self, policy: int, env_steps: int) -> dict | None:
         """One evaluation of ``policy`` (reported; also returned). None when the run stopped meanwhile."""
         from sfx.algo.distributions import action_to_env
-        from sfx.engine.rollout_worker import env_task_id
+        from sfx.envs.vector import env_task_id
         from sfx.envs.registry import env_seed
         from sfx.agents.acting import AgentsActing
         from sfx.models.obs import stack_obs

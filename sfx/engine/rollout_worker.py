@@ -28,7 +28,7 @@ from sfx.engine.component import Component
 from sfx.engine.protocol import ACT, REQ, RESEND, ROLLOUT, SHAPING, TRAJ, pack_request_rows, request_rows
 from sfx.engine.queues import Empty
 from sfx.envs.registry import env_seed
-from sfx.envs.vector import VectorEnv, VectorStep, env_task_id, make_vector_env  # noqa: F401 (env_task_id: the evaluator's)
+from sfx.envs.vector import VectorEnv, VectorStep, make_vector_env
 from sfx.models.obs import BOX_KEY, EXTRA_KEYS, PREV_ACTION_KEY, PREV_REWARD_KEY
 
 log = logging.getLogger(__name__)
@@ -388,10 +388,11 @@ class RolloutWorker(Component):
                 self._episode_end(first + i, step.events.get(i), bool(time_limit[i]), actions[i], step.rewards[i])
         self.t[sl] = next_ts
         # trajectories that are complete, and (several policies) episodes whose next one is another policy's
-        ends = np.flatnonzero(next_ts >= self.rollout) if self.rollout <= int(next_ts.max()) else ()
-        switches = np.flatnonzero(done & self.repick_policy[sl]) if any_done and self.num_policies > 1 else ()
-        for i in sorted(set(ends) | set(switches)) if len(switches) else ends:
-            self._trajectory_event(first + int(i), done[i])
+        moving = next_ts >= self.rollout
+        if any_done and self.num_policies > 1:
+            moving |= done & self.repick_policy[sl]
+        for i in np.flatnonzero(moving).tolist():
+            self._trajectory_event(first + i, done[i])
             if self.stopped:
                 return
 
