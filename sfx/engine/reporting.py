@@ -17,7 +17,8 @@ from typing import Any, Callable
 from sfx.engine.perf import GpuMonitor, PerfTable
 from sfx.engine.protocol import CHECKPOINT, CHECKPOINT_FAILED, LEARNER_READY, PERF, ROLLOUT, TRAIN
 from sfx.engine.resources import process_rss_mb
-from sfx.engine.stats import PolicyStats, ThroughputMeter, status_line, write_summaries
+from sfx.engine.stats import (ETA_MIN_MEASURED_SEC, ETA_WINDOW_SEC, PolicyStats, ThroughputMeter, status_line,
+                              write_summaries)
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +100,11 @@ class TrainingReporter:
         if now - self.last_report >= cfg.report_every_sec:
             self.last_report = now
             self.perf.roll()
+            pace = self.all_ranks_fps if self.all_ranks_fps is not None else self.fps  # env_steps is every rank's
             line = status_line(self.policies, self.fps.rates(now), self.samples.rate(60, now), self.env_steps(),
                                cfg.train_for_env_steps, now - self.start, cfg.train_for_seconds,
                                self.all_ranks_fps.rates(now) if self.all_ranks_fps is not None else None,
-                               self.world_size)
+                               self.world_size, eta_rate=pace.measured_rate(ETA_WINDOW_SEC, ETA_MIN_MEASURED_SEC, now))
             busy = self.perf.status_text()
             log.info(line + (f" | {busy}" if busy else ""))
             self.write_status("running", now)

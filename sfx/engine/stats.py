@@ -33,6 +33,9 @@ class ThroughputMeter:
         self.windows = windows_sec
         self.samples: collections.deque = collections.deque()  # (time, cumulative count)
         self.total = 0
+        # (time, cumulative count) of the first report that carried a count: where a steady pace can be
+        # measured from (before it the envs were starting; its own count was made over an unknown time)
+        self.first_counted: tuple[float, int] | None = None
 
     def mark_start(self, now: float | None = None) -> None:
         """Anchor the windows at the moment counting starts: without it the first report's count
@@ -44,6 +47,8 @@ class ThroughputMeter:
         now = time.time() if now is None else now
         self.total += count
         self.samples.append((now, self.total))
+        if count > 0 and self.first_counted is None:
+            self.first_counted = (now, self.total)
         horizon = now - max(self.windows) - 1
         while len(self.samples) > 2 and self.samples[1][0] < horizon:
             self.samples.popleft()
@@ -63,6 +68,25 @@ class ThroughputMeter:
 
     def rates(self, now: float | None = None) -> list[float]:
         return [self.rate(w, now) for w in self.windows]
+
+    def measured_rate(self, window_sec: float, min_sec: float, now: float | None = None) -> float | None:
+        """The pace over the last ``window_sec``, counted from the first report that carried a count at the
+        earliest; None until counts have arrived over at least ``min_sec`` (or while nothing moves). What an
+        ETA may be computed from: :meth:`rate` includes the start-up (envs being made, the first trajectory),
+        which makes the first minute's rate far too low and an ETA from it hours too long."""
+        now = time.time() if now is None else now
+        if self.first_counted is None or self.samples[-1][0] - self.first_counted[0] < min_sec:
+            return None
+        base = self.first_counted
+        for t, c in self.samples:
+            if t > now - window_sec:
+                break
+            if t >= base[0]:
+                base = (t, c)
+        last_t, last_c = self.samples[-1]
+        if last_t - base[0] <= 0 or last_c <= base[1]:
+            return None
+        return (last_c - base[1]) / (last_t - base[0])
 
 
 class PolicyStats:
@@ -197,13 +221,18 @@ def replay_text(train: dict[str, float]) -> str:
     return " " + ", ".join(parts)
 
 
+def _number(value: float, spec: str) -> str:
+    """``value`` formatted, or ``--`` while it is not known (no episode has ended, no learner step yet)."""
+    return format(value, spec) if math.isfinite(value) else "--"
+
+
 def reward_text(stats: PolicyStats) -> str:
     """A policy's progress for the status line: ``reward <mean>``; with several tasks each task's own mean
     reward instead (an average over tasks of other reward scales follows the largest scale only), the first
     ``STATUS_MAX_TASKS`` of them, after the suite's human-normalised scores where the tasks have them."""
     tasks = stats.task_means("reward")
     if not stats.task_names:
-        return f"reward {stats.mean('reward'):.2f}"
+        return f"reward {_number(stats.mean('reward'), '.2f')}"
     if not tasks:
         return f"reward ({len(stats.task_names)} tasks, no episode yet)"
     parts = []
@@ -217,29 +246,40 @@ def reward_text(stats: PolicyStats) -> str:
     return " ".join(parts)
 
 
+ETA_MIN_MEASURED_SEC = 5.0  # the status line gives an ETA once env steps have been counted for this long
+ETA_WINDOW_SEC = 60.0
+
+
 def status_line(policy_stats: list[PolicyStats], fps: list[float], samples_per_sec: float,
                 env_steps: int, target_steps: int, elapsed: float, time_limit: float,
-                all_ranks_fps: list[float] | None = None, world_size: int = 1) -> str:
+                all_ranks_fps: list[float] | None = None, world_size: int = 1,
+                eta_rate: float | None = None) -> str:
     """One console line: throughput, progress, reward, lag, ETA. With several ranks ``fps`` is this rank's
-    and ``all_ranks_fps`` every rank's together (``env_steps`` counts every rank's; the ETA uses their rate)."""
+    and ``all_ranks_fps`` every rank's together (``env_steps`` counts every rank's).
+
+    ``eta_rate`` is the measured pace in env steps per second the ETA is computed from
+    (:meth:`ThroughputMeter.measured_rate`, every rank's with several); None until one has been measured:
+    ``ETA --`` then. Values not known yet (a reward before any episode ended, a lag before any learner step)
+    show as ``--``."""
     fps_txt = "/".join(f"{f:,.0f}" for f in fps)
     parts = [f"FPS (10s/60s/300s) {fps_txt}", f"samples/s {samples_per_sec:,.0f}"]
     if all_ranks_fps is not None:
         parts[0] = f"FPS (10s/60s/300s) this rank {fps_txt}, all {world_size} ranks " + \
             "/".join(f"{f:,.0f}" for f in all_ranks_fps)
-        fps = all_ranks_fps
     pct = 100.0 * env_steps / target_steps if target_steps > 0 else 0.0
     parts.append(f"env steps {env_steps:,} ({pct:.1f}%)")
     for p, s in enumerate(policy_stats):
         tag = f"p{p} " if len(policy_stats) > 1 else ""
         lag = s.train.get("policy_lag_avg", float("nan"))
         lag_max = s.train.get("policy_lag_max", float("nan"))
-        parts.append(f"{tag}{reward_text(s)} len {s.mean('len'):.0f} lag {lag:.1f}/{lag_max:.0f}"
+        lag_txt = f"{lag:.1f}/{lag_max:.0f}" if math.isfinite(lag) and math.isfinite(lag_max) else "--"
+        parts.append(f"{tag}{reward_text(s)} len {_number(s.mean('len'), '.0f')} lag {lag_txt}"
                      + replay_text(s.train))
-    rate = next((f for f in (fps[1], fps[0]) if f > 0), 0.0)
-    eta_steps = (target_steps - env_steps) / rate if rate > 0 else float("inf")
-    eta = min(eta_steps, time_limit - elapsed) if time_limit < 1e9 else eta_steps
-    parts.append(f"elapsed {format_duration(elapsed)} ETA {format_duration(eta)}")
+    eta = "--"  # no pace measured yet: a time limit alone says when the run ends at the latest, not when
+    if eta_rate:
+        eta_sec = max(0, target_steps - env_steps) / eta_rate
+        eta = format_duration(min(eta_sec, time_limit - elapsed) if time_limit < 1e9 else eta_sec)
+    parts.append(f"elapsed {format_duration(elapsed)} ETA {eta}")
     return " | ".join(parts)
 
 

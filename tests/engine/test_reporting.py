@@ -5,6 +5,8 @@ import json
 import logging
 import time
 
+import pytest
+
 from sfx.cfg import default_cfg
 from sfx.engine.protocol import LEARNER_READY, ROLLOUT, TRAIN
 from sfx.engine.reporting import TrainingReporter
@@ -66,3 +68,53 @@ def test_one_rank_shows_what_it_always_did(tmp_path, caplog):
     assert round(status["fps"]) == 100 and "fps_this_rank" not in status
     reporter.close()
 
+
+
+def test_first_status_line_has_no_made_up_eta_or_reward(tmp_path, caplog):
+    """A CartPole-like start: the envs take 4.5 s to start, the first report carries 50 steps and the first
+    status line comes at 5 s. A pace from those (11 steps/s, start-up included) made an ETA of 12 hours and a
+    reward of nan; the line says ``ETA --`` and ``reward --`` until a pace is measured and an episode ends."""
+    cfg = default_cfg(train_dir=str(tmp_path), experiment="r", train_for_env_steps=500_000, report_every_sec=0.001,
+                      env_frameskip=1)
+    reporter = TrainingReporter(cfg, lambda: {})
+    t0 = time.time()
+    reporter.started(t0)  # (the meters are anchored at the clock's now, as in a run)
+    reporter.handle([(LEARNER_READY, 0, {"env_steps": 0, "train_step": 0})])
+    reporter.fps.add(50, t0 + 4.5)
+    with caplog.at_level(logging.INFO, logger="sfx.engine.reporting"):
+        reporter.check(t0 + 5)
+    first = caplog.records[-1].getMessage()
+    assert "ETA --" in first and "reward -- len -- lag --" in first and "nan" not in first, first
+
+    # ten seconds at 1,000 steps/s with learner steps and episodes: the ETA from that pace, not from the start-up
+    for i in range(1, 11):
+        now = t0 + 4.5 + i
+        reporter.fps.add(1000, now)  # a rollout report's steps at its (simulated) arrival time
+        reporter.policies[0].add_episode({"policy": 0, "reward": 20.0, "len": 20})
+        reporter.handle([(TRAIN, 0, {"env_steps": 50 + 1000 * i, "train_step": i, "samples": 1000,
+                                     "policy_lag_avg": 1.0, "policy_lag_max": 3.0})])
+    with caplog.at_level(logging.INFO, logger="sfx.engine.reporting"):
+        reporter.check(t0 + 14.5)
+    line = caplog.records[-1].getMessage()
+    assert "reward 20.00 len 20 lag 1.0/3" in line, line
+    # (500,000 - 10,050) steps at 1,000 steps/s: 490 s
+    assert "ETA 00:08:09" in line or "ETA 00:08:10" in line, line
+    reporter.close()
+
+
+def test_measured_rate_starts_at_the_first_count_and_waits_for_enough_time():
+    from sfx.engine.stats import ThroughputMeter
+
+    m = ThroughputMeter((10, 60))
+    m.mark_start(now=0.0)
+    assert m.measured_rate(60, 5, now=3.0) is None  # nothing counted
+    m.add(0, now=2.0)
+    m.add(40, now=4.0)  # made over an unknown time: the base, not a step of the pace
+    assert m.measured_rate(60, 5, now=4.0) is None
+    for t in range(5, 10):
+        m.add(100, now=float(t))
+    assert m.measured_rate(60, 5, now=9.0) == pytest.approx(100.0)
+    assert m.rate(60, now=9.0) == pytest.approx(540 / 9.0)  # the windows still include the start-up
+    for t in range(10, 80):
+        m.add(200, now=float(t))
+    assert m.measured_rate(10, 5, now=79.0) == pytest.approx(200.0)  # the window slides past the base
