@@ -54,14 +54,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sfx_runner.backends.base import Backend, format_command, parse_bool
+from sfx_runner.backends.base import Backend, describe_returncode, format_command, parse_bool
 from sfx_runner.errors import RunnerError
 from sfx_runner.run_description import ExperimentSpec, RunDescription, resolve_interpreter
 # every name of the sections, re-exported (this was one module; submitit pickles ExperimentJob by this path)
 from sfx_runner.slurm.cluster import (UNUSABLE_NODE_STATES, NodeInfo, PartitionInfo, _describe_nodes, _run,
                                       gpus_in_gres, query_partitions)
 from sfx_runner.slurm.flags import RESERVED_SBATCH_OPTIONS, SbatchTemplate, parse_sbatch_template, parse_timeout_min
-from sfx_runner.slurm.job import (CODE_ROOT_VAR, DEFAULT_MAX_REQUEUES, LOG_TAIL_LINES, RESUME_EXIT_CODE,
+from sfx_runner.slurm.job import (CODE_ROOT_VAR, DEFAULT_MAX_REQUEUES, DEFAULT_RESTART_BACKOFF_SEC, LOG_TAIL_LINES,
+                                  MAX_RESTART_BACKOFF_SEC, RESUME_EXIT_CODE,
                                   ExperimentFailed, ExperimentJob, TaskPlace, _child_signals, _current_job_id,
                                   _experiment_env, _preemption_signal, current_task, read_task_records,
                                   tail_lines, task_log_path)
@@ -93,10 +94,15 @@ class SlurmBackend(Backend):
         g.add_argument("--slurm_tasks_per_node", type=int, default=1,
                        help="tasks (= ranks, one GPU each when GPUs are asked for) per node of each experiment's job")
         g.add_argument("--slurm_max_requeues", type=int, default=DEFAULT_MAX_REQUEUES,
-                       help="requeue an experiment's job at most this many times per submission when its trainer "
-                            "exits with 75 (another rank died or hung) or is killed by a signal; each requeue "
-                            "restarts every task, which resumes from rank 0's checkpoint. Time limits and "
-                            "preemptions do not count")
+                       help="requeue an experiment's job at most this many times per submission when its training "
+                            "died (the trainer killed by a signal, exit code 75: another rank died or hung, 1: its "
+                            "learner or coordinator died; not 2 = bad flags, nor 130 = a stop someone asked for): the "
+                            "Slurm backend's --experiment_restarts. Each requeue restarts every task, which resumes "
+                            "from rank 0's checkpoint. Time limits and preemptions do not count")
+        g.add_argument("--slurm_restart_backoff_sec", type=float, default=DEFAULT_RESTART_BACKOFF_SEC,
+                       help="seconds the job waits before its first requeue for a died training, doubled for each "
+                            f"further one (at most {MAX_RESTART_BACKOFF_SEC:.0f} s; the state says 'restarting' "
+                            "meanwhile): the Slurm backend's --restart_backoff_sec")
         g.add_argument("--slurm_partition", default=None,
                        help="partition to submit to; none = the cluster's default partition")
         g.add_argument("--slurm_timeout", default="0",
@@ -131,6 +137,9 @@ class SlurmBackend(Backend):
             value = getattr(args, flag)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise RunnerError(f"--{flag}={value!r}: must be an integer >= {low}")
+        backoff = args.slurm_restart_backoff_sec
+        if not isinstance(backoff, (int, float)) or isinstance(backoff, bool) or not 0 <= backoff <= 1e6:
+            raise RunnerError(f"--slurm_restart_backoff_sec={backoff!r}: must be a number of seconds >= 0")
         self.resources = job_resources(args)
         self.template = (parse_sbatch_template(args.slurm_sbatch_template) if args.slurm_sbatch_template
                          else SbatchTemplate())
@@ -284,7 +293,8 @@ class SlurmBackend(Backend):
         # the trainer gets what it needs to save its checkpoint; keep some for requeueing
         stop_timeout = max(5.0, res.signal_delay_sec - min(30.0, res.signal_delay_sec / 4))
         return ExperimentJob(spec, resolve_interpreter(spec.argv), cwd, stop_timeout,
-                             max_requeues=self.args.slurm_max_requeues)
+                             max_requeues=self.args.slurm_max_requeues,
+                             restart_backoff_sec=float(self.args.slurm_restart_backoff_sec))
 
     def _write_scancel_script(self, spec: ExperimentSpec, run: RunDescription, array_id: str, count: int) -> Path:
         folder = runner_dir(spec)
@@ -310,15 +320,18 @@ class SlurmBackend(Backend):
         ids = [job.job_id for job in jobs]
         last_line = ""
         start = time.time()
+        restarts_seen = {spec.name: 0 for spec in specs}
         while True:
             queued = queued_job_ids()
             counts = {"finished": 0, "running": 0, "failed": 0, "queued": 0}
             for spec, job_id in zip(specs, ids, strict=True):
+                state = read_state(spec) or {}
+                self._say_restart(spec, state, restarts_seen)
                 if _finished(spec):
                     counts["finished"] += 1
                 elif job_id not in queued:
                     counts["failed"] += 1
-                elif (read_state(spec) or {}).get("state") == "running":
+                elif state.get("state") in ("running", "restarting"):
                     counts["running"] += 1
                 else:
                     counts["queued"] += 1
@@ -355,6 +368,22 @@ class SlurmBackend(Backend):
                 print(f"    {line}")
         print(f"[runner] slurm: {len(specs) - failures}/{len(specs)} finished, {failures} failed")
         return 1 if failures else 0
+
+
+    @staticmethod
+    def _say_restart(spec: ExperimentSpec, state: dict, seen: dict[str, int]) -> None:
+        """One line per requeue of a died training (the processes backend's RESTART line), as the job records it."""
+        requeues = int(state.get("requeues") or 0)
+        if requeues <= seen[spec.name]:
+            return
+        seen[spec.name] = requeues
+        last = state.get("last_restart") or {}
+        returncode = last.get("returncode")
+        how = last.get("why") or (describe_returncode(returncode) if isinstance(returncode, int) else "its training died")
+        backoff = last.get("backoff_sec")
+        print(f"[runner] RESTART {spec.name} ({how}): requeue {requeues} "
+              f"of {state.get('max_requeues', '?')}" + (f" in {backoff:g} s" if isinstance(backoff, (int, float)) else "")
+              + ", resuming from its last checkpoint", flush=True)
 
 
 def job_resources(args: argparse.Namespace) -> JobResources:

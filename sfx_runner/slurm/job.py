@@ -15,13 +15,19 @@ is that rank. Who does what:
   only, which requeues the whole job (all tasks start again and resume). The ranks' vote stops every rank
   "interrupted" (exit code 130) as soon as one task's signal stopped its rank, so a trainer may end before
   its own task's signal arrives: that task then waits for it (task 0 to requeue, task k > 0 for the end).
-* A trainer that exits with :data:`RESUME_EXIT_CODE` (75: another rank died or hung) or is killed by a
-  signal outside a stop: task 0 requeues the job with ``scontrol requeue`` (at most ``max_requeues``
-  times per submission, counted in the state's ``requeues``), then fails the experiment with a clear
-  message. Task k > 0 waits for that; if rank 0 never stops (``rank_grace_sec``), it sends the job the
+* A trainer that died outside a stop: exit code :data:`RESUME_EXIT_CODE` (75: another rank died or hung),
+  killed by a signal, or any other error exit but 2 and 130 (1: a learner or coordinator that died, a crash):
+  task 0 requeues the job with ``scontrol requeue`` after a backoff (``restart_backoff_sec``, doubling per
+  requeue, at most :data:`MAX_RESTART_BACKOFF_SEC`; the state says ``restarting`` meanwhile), at most
+  ``max_requeues`` times per submission (counted in the state's ``requeues``), then fails the experiment
+  with a clear message. This is the processes backend's ``--experiment_restarts`` for Slurm: the trainer
+  resumes from its last checkpoint. The backoff is slept inside the job, before the requeue: Slurm lets
+  nobody set a requeued job's start time before the job has left the node, which this task cannot outlive.
+  Task k > 0 waits for that; if rank 0 never stops (``rank_grace_sec``), it sends the job the
   warning signal, so task 0 stops rank 0 and requeues through submitit.
-* Any other error exit (1, 2, ...) fails the experiment without a requeue; a task k > 0 that fails
-  exits with an error, and ``srun --kill-on-bad-exit=1`` ends the other tasks at once.
+* Exit code 2 (bad flags, a checkpoint that cannot be read: a requeue would fail the same way) or 130 (a stop
+  someone asked for) fails the experiment without a requeue; a task k > 0 that fails that way exits with an
+  error, and ``srun --kill-on-bad-exit=1`` ends the other tasks at once.
 
 A job of one task behaves as before: its trainer sees ``SLURM_STEP_NUM_TASKS=1``, a single rank.
 """
@@ -46,6 +52,12 @@ from sfx_runner.state import (_read_json, atomic_write_json, experiment_finished
 CODE_ROOT_VAR = "SFX_RUNNER_CODE_ROOT"  # the folder the job script put in front of PYTHONPATH
 LOG_TAIL_LINES = 10
 DEFAULT_MAX_REQUEUES = 3
+# the backoff before a requeue for a died trainer: this, doubled per requeue, at most MAX_RESTART_BACKOFF_SEC (the
+# processes backend's --restart_backoff_sec)
+DEFAULT_RESTART_BACKOFF_SEC = 10.0
+MAX_RESTART_BACKOFF_SEC = 600.0
+# exit codes a requeue would only repeat: 2 = sfx.train's bad flags or checkpoint; 130 = a stop someone asked for
+NOT_REQUEUED_RETURNCODES = (2, INTERRUPTED_EXIT_CODE)
 # how long a task whose trainer was lost waits for task 0 to requeue the job (rank 0 notices a lost rank
 # within sfx.train's --distributed_timeout_sec, 300 s by default) before it asks for the requeue itself
 RANK_GRACE_SEC = 600.0
@@ -134,16 +146,23 @@ def read_task_records(spec: ExperimentSpec) -> dict[int, dict]:
 
 
 def trainer_outcome(returncode: int, stopped: bool) -> str:
-    """How a trainer ended: ``finished`` (0), ``stopped`` (the job or Slurm stopped it), ``resume`` (exit
-    code 75, or killed by a signal outside a stop: a lost rank, start it again), ``failed`` (any other
-    code: a real error, not worth a requeue)."""
+    """How a trainer ended: ``finished`` (0), ``stopped`` (the job or Slurm stopped it), ``failed`` (exit code
+    2 or 130: bad input or a stop someone asked for, which a requeue would only repeat), ``resume`` (anything
+    else outside a stop: 75 = another rank was lost, killed by a signal, 1 = a learner or coordinator that
+    died: start it again, it resumes from its last checkpoint)."""
     if returncode == 0:
         return "finished"
     if stopped:
         return "stopped"
-    if returncode == RESUME_EXIT_CODE or returncode < 0 or returncode == 128 + signal.SIGKILL:
-        return "resume"  # 128 + 9: what a shell wrapper reports for a SIGKILL (the out-of-memory killer)
-    return "failed"
+    if returncode in NOT_REQUEUED_RETURNCODES:
+        return "failed"
+    return "resume"
+
+
+def restart_backoff(base_sec: float, done: int) -> float:
+    """Seconds before requeue number ``done + 1``: ``base_sec`` doubled per requeue done, at most
+    :data:`MAX_RESTART_BACKOFF_SEC`."""
+    return min(base_sec * 2 ** done, MAX_RESTART_BACKOFF_SEC)
 
 
 def _append(log: Path, line: str) -> None:
@@ -174,19 +193,23 @@ class ExperimentJob:
         wait_after_sigterm_sec: after a SIGTERM stopped the trainer, how long to wait for a warning
             signal that would requeue the job (a preempting cluster may send both), before this task
             gives up (Slurm kills it anyway after its KillWait).
-        max_requeues: how often the job may requeue itself because a rank was lost (exit code 75 or
-            a trainer killed by a signal), per submission (``--slurm_max_requeues``).
+        max_requeues: how often the job may requeue itself because its training died (a rank lost, a trainer
+            killed by a signal or ended by an error but 2 and 130), per submission (``--slurm_max_requeues``).
         rank_grace_sec: how long a task k > 0 whose trainer was lost waits for task 0 to requeue the job
-            before it sends the job the warning signal.
+            before it sends the job the warning signal (plus task 0's longest backoff).
+        restart_backoff_sec: the wait before the first requeue for a died trainer, doubled for each further
+            one (``--slurm_restart_backoff_sec``).
     """
 
     # the defaults of jobs pickled before these existed
     max_requeues: int = DEFAULT_MAX_REQUEUES
     rank_grace_sec: float = RANK_GRACE_SEC
+    restart_backoff_sec: float = DEFAULT_RESTART_BACKOFF_SEC
 
     def __init__(self, spec: ExperimentSpec, argv: list[str], cwd: str, stop_timeout_sec: float,
                  wait_after_sigterm_sec: float = 30.0, max_requeues: int = DEFAULT_MAX_REQUEUES,
-                 rank_grace_sec: float = RANK_GRACE_SEC) -> None:
+                 rank_grace_sec: float = RANK_GRACE_SEC,
+                 restart_backoff_sec: float = DEFAULT_RESTART_BACKOFF_SEC) -> None:
         self.spec = spec
         self.argv = list(argv)
         self.cwd = cwd
@@ -194,6 +217,7 @@ class ExperimentJob:
         self.wait_after_sigterm_sec = wait_after_sigterm_sec
         self.max_requeues = max_requeues
         self.rank_grace_sec = rank_grace_sec
+        self.restart_backoff_sec = restart_backoff_sec
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -214,7 +238,8 @@ class ExperimentJob:
 
     def _copy(self) -> "ExperimentJob":
         return ExperimentJob(self.spec, self.argv, self.cwd, self.stop_timeout_sec, self.wait_after_sigterm_sec,
-                             max_requeues=self.max_requeues, rank_grace_sec=self.rank_grace_sec)
+                             max_requeues=self.max_requeues, rank_grace_sec=self.rank_grace_sec,
+                             restart_backoff_sec=self.restart_backoff_sec)
 
     # -- running
 
@@ -359,14 +384,25 @@ class ExperimentJob:
         spec = self.spec
         done = int((read_state(spec) or {}).get("requeues") or 0)
         if done >= self.max_requeues:
-            message = (f"{why}; the job was requeued {done} time(s) for lost ranks already "
+            message = (f"{why}; the job was requeued {done} time(s) for died trainings already "
                        f"(--slurm_max_requeues={self.max_requeues}): not again")
             self._fail(rc, message, log)
         if job_id is None:
             self._fail(rc, f"{why}; not in a Slurm job, nothing to requeue", log)
-        write_state(spec, state="queued", returncode=rc, requeues=done + 1)
+        backoff = restart_backoff(self.restart_backoff_sec, done)
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1
+        write_state(spec, state="restarting", returncode=rc, requeues=done + 1, restarts=restarts,
+                    max_requeues=self.max_requeues,
+                    last_restart={"at": time.time(), "returncode": rc, "backoff_sec": backoff, "why": why})
         _append(log, f"[runner] slurm job {job_id}: {why}: requeueing the job (requeue {done + 1} of at most "
-                     f"{self.max_requeues}); every task starts again and resumes from rank 0's checkpoint")
+                     f"{self.max_requeues}) in {backoff:g} s; every task starts again and resumes from rank 0's "
+                     f"checkpoint")
+        if self._wait_for_the_end(backoff):
+            # cancelled (or preempted) during the backoff: nothing was requeued; the same command resumes it
+            write_state(spec, state="interrupted", returncode=rc)
+            _append(log, f"[runner] slurm job {job_id}: SIGTERM during the backoff: not requeued (interrupted)")
+            raise SystemExit(128 + signal.SIGTERM)
+        write_state(spec, state="queued")
         try:
             proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
             problem = None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip()
@@ -413,12 +449,14 @@ class ExperimentJob:
         (which ends this task). If that does not happen within ``rank_grace_sec``, send the job the warning
         signal: task 0 then stops rank 0 and requeues through :meth:`checkpoint`. Never returns."""
         task = self._task
+        # task 0 sleeps its backoff before it requeues
+        grace = self.rank_grace_sec + restart_backoff(self.restart_backoff_sec, max(self.max_requeues - 1, 0))
         _append(log, f"[runner] slurm job {job_id}{task.describe()}: the trainer ended ({describe_returncode(rc)}); "
-                     f"waiting up to {self.rank_grace_sec:.0f} s for task 0 to requeue the job")
-        if not self._wait_for_the_end(self.rank_grace_sec) and job_id is not None:
+                     f"waiting up to {grace:.0f} s for task 0 to requeue the job")
+        if not self._wait_for_the_end(grace) and job_id is not None:
             sig = _preemption_signal()
             _append(log, f"[runner] slurm job {job_id}{task.describe()}: the job was not requeued within "
-                         f"{self.rank_grace_sec:.0f} s: sending it {sig.name} so that task 0 stops rank 0 and "
+                         f"{grace:.0f} s: sending it {sig.name} so that task 0 stops rank 0 and "
                          f"requeues it")
             self._previous_warning_handler = None  # this task has nothing left to stop
             signal.signal(sig, self._on_warning)
@@ -517,7 +555,7 @@ class ExperimentJob:
             why = f"the trainer of task {index} ended ({describe_returncode(record.get('returncode') or 0)})"
             done = int((read_state(self.spec) or {}).get("requeues") or 0)
             if done >= self.max_requeues:
-                message = (f"{why}; the job was requeued {done} time(s) for lost ranks already "
+                message = (f"{why}; the job was requeued {done} time(s) for died trainings already "
                            f"(--slurm_max_requeues={self.max_requeues}): not again")
                 write_state(self.spec, state="failed", returncode=rc, failed_task=index, message=message)
                 _append(log, f"[runner] {message}: the experiment failed")

@@ -244,6 +244,7 @@ def _job(tmp_path: Path, body: str, env_vars=None, **kw) -> tuple[ExperimentJob,
     """)
     (tmp_path / "rec.py").write_text(body)
     (spec,) = specs_of(run_file, tmp_path / "td")
+    kw.setdefault("restart_backoff_sec", 0.0)  # requeues at once unless a test times the backoff
     return ExperimentJob(spec, [sys.executable, *spec.argv[1:]], str(tmp_path), stop_timeout_sec=5, **kw), spec
 
 
@@ -282,13 +283,21 @@ def test_experiment_env_drops_only_what_the_job_script_added():
 
 
 def test_job_callable_failure(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXIT_CODE", "3")
-    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
+    """Outside a Slurm job: exit code 2 fails as an error; any other (a died training, requeued inside a job)
+    fails for want of a job to requeue."""
+    monkeypatch.setenv("EXIT_CODE", "2")
+    for var in ("SLURM_STEP_ID", "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(var, raising=False)
     job, spec = _job(tmp_path, RECORDER)
-    with pytest.raises(ExperimentFailed, match=rf"experiment {spec.name} exited with code 3; last lines"):
+    with pytest.raises(ExperimentFailed, match=rf"experiment {spec.name} exited with code 2; last lines"):
         job()
     state = read_state(spec)
-    assert (state["state"], state["returncode"]) == ("failed", 3)
+    assert (state["state"], state["returncode"]) == ("failed", 2)
+    monkeypatch.setenv("EXIT_CODE", "3")
+    with pytest.raises(ExperimentFailed, match=re.escape("the trainer of task 0 ended (exit code 3); not in a Slurm "
+                                                         "job, nothing to requeue")):
+        job()
+    assert (read_state(spec)["state"], read_state(spec)["returncode"]) == ("failed", 3)
 
 
 def test_job_callable_forwards_sigterm_outside_a_slurm_step(tmp_path):
@@ -350,6 +359,7 @@ def test_job_resources_of_the_flags(flags, nodes, per_node, cpus, gpus):
     ("--slurm_nodes=0", "--slurm_nodes=0: must be an integer >= 1"),
     ("--slurm_tasks_per_node=-1", "--slurm_tasks_per_node=-1: must be an integer >= 1"),
     ("--slurm_max_requeues=-1", "--slurm_max_requeues=-1: must be an integer >= 0"),
+    ("--slurm_restart_backoff_sec=-1", "--slurm_restart_backoff_sec=-1.0: must be a number of seconds >= 0"),
     ("--slurm_nodes=two", "--slurm_nodes: invalid int value: 'two'"),
 ])
 def test_bad_task_flags_exit_2(tmp_path, capsys, flag, message):
@@ -484,7 +494,9 @@ def test_trainer_outcomes():
     from sfx_runner.slurm.job import trainer_outcome as outcome
     assert outcome(0, False) == "finished" and outcome(0, True) == "finished"
     assert outcome(75, False) == outcome(-9, False) == outcome(-11, False) == outcome(137, False) == "resume"
-    assert outcome(1, False) == outcome(2, False) == outcome(130, False) == "failed"
+    # 1: a learner or coordinator that died (sfx.train's "failed"): requeued like a lost rank
+    assert outcome(1, False) == outcome(3, False) == "resume"
+    assert outcome(2, False) == outcome(130, False) == "failed"
     assert outcome(130, True) == outcome(75, True) == outcome(-9, True) == "stopped"
     assert slurm.RESUME_EXIT_CODE == 75
 
@@ -569,11 +581,11 @@ def test_task_0_requeues_the_job_when_a_rank_is_lost_at_most_max_requeues_times(
     assert log.startswith("[runner] attempt 1: slurm job 4242 task 0 of 2 on ")
     assert f"2 tasks, one rank each; the trainer of task 1 writes to {spec.name}.task1.log" in log
     assert ("the trainer of task 0 ended (exit code 75: another rank died or hung): requeueing the job "
-            "(requeue 2 of at most 2); every task starts again") in log
+            "(requeue 2 of at most 2) in 0 s; every task starts again") in log
     # a third loss: no more requeues, the experiment fails with a clear line
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     with pytest.raises(ExperimentFailed, match=re.escape(
-            "the job was requeued 2 time(s) for lost ranks already (--slurm_max_requeues=2): not again")):
+            "the job was requeued 2 time(s) for died trainings already (--slurm_max_requeues=2): not again")):
         job()
     assert calls.read_text().count("requeue") == 2
     state = read_state(spec)
@@ -595,7 +607,7 @@ def test_a_killed_trainer_requeues_a_single_task_job_too(tmp_path, monkeypatch):
 
 
 def test_errors_are_not_requeued(tmp_path, monkeypatch):
-    """Exit code 1 (or 2: bad flags) is a real error: no requeue, even with requeues left."""
+    """Exit code 2 (bad flags, an unreadable checkpoint) is a real error: no requeue, even with requeues left."""
     calls = stand_in_slurm_commands(tmp_path, monkeypatch)
     as_task(monkeypatch, 0, 2)
     monkeypatch.setenv("EXIT_CODE", "2")
@@ -624,10 +636,10 @@ def test_task_0_reads_the_other_tasks_records(tmp_path, monkeypatch):
     fail, naming task 1. Records of an earlier attempt do not count."""
     calls = stand_in_slurm_commands(tmp_path, monkeypatch)
     as_task(monkeypatch, 0, 2)
-    monkeypatch.setenv("EXIT_CODE", "1")
+    monkeypatch.setenv("EXIT_CODE", "2")
     job, spec = _job(tmp_path, EXITS_WITH)
     write_record(spec, 1, "resume", -9, attempt="4242:5")  # another attempt
-    with pytest.raises(ExperimentFailed, match="exited with code 1"):
+    with pytest.raises(ExperimentFailed, match="exited with code 2"):
         job()
     write_record(spec, 1, "resume", -9)
     with pytest.raises(SystemExit):
@@ -802,6 +814,82 @@ def test_task_0_checkpoint_counts_a_requeue_asked_for_by_a_lost_rank(tmp_path, m
     state = read_state(spec)
     assert (state["state"], state["failed_task"]) == ("failed", 1)
     assert "(--slurm_max_requeues=1): not again: the experiment failed" in log_path(spec).read_text()
+
+
+def test_a_died_training_is_requeued_after_a_backoff_that_doubles_and_the_status_shows_it(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """Exit code 1 (a learner or the coordinator died: sfx.train's "failed") in a one-task job: task 0 waits the
+    backoff (the state says restarting, nothing requeued yet), then requeues; the next waits twice as long; once
+    --slurm_max_requeues are spent the experiment fails in one line. Before, exit code 1 failed the experiment at
+    once. --status and the waiting runner's RESTART line show each requeue."""
+    from sfx_runner.status import experiment_status, format_status_table
+    calls = stand_in_slurm_commands(tmp_path, monkeypatch)
+    as_task(monkeypatch, 0, 1)
+    monkeypatch.setenv("EXIT_CODE", "1")
+    job, spec = _job(tmp_path, EXITS_WITH, max_requeues=2, restart_backoff_sec=0.6)
+    seen = []
+
+    def watch(stop: threading.Event) -> None:  # the state while task 0 sleeps its backoff
+        while not stop.is_set():
+            state = read_state(spec) or {}
+            if state.get("state") == "restarting":
+                seen.append((state["requeues"], calls.exists() and calls.read_text().count("requeue")))
+            time.sleep(0.05)
+
+    for restart, backoff in ((0, 0.6), (1, 1.2)):
+        monkeypatch.setenv("SLURM_RESTART_COUNT", str(restart))
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch, args=(stop,))
+        watcher.start()
+        t0 = time.monotonic()
+        with pytest.raises(SystemExit) as exited:
+            job()
+        waited = time.monotonic() - t0
+        stop.set()
+        watcher.join()
+        assert exited.value.code == 75 and waited >= backoff, (waited, backoff)
+        assert seen and set(seen) == {(restart + 1, restart)}  # restarting, and requeued only after the backoff
+        seen.clear()
+        state = read_state(spec)
+        assert (state["state"], state["returncode"], state["requeues"], state["restarts"]) == \
+            ("queued", 1, restart + 1, restart + 1)
+        assert state["last_restart"]["returncode"] == 1 and state["last_restart"]["backoff_sec"] == backoff
+    assert calls.read_text() == "scontrol requeue 4242\n" * 2
+    log = log_path(spec).read_text()
+    assert ("the trainer of task 0 ended (exit code 1): requeueing the job (requeue 1 of at most 2) in 0.6 s; "
+            "every task starts again and resumes from rank 0's checkpoint") in log
+    assert "(requeue 2 of at most 2) in 1.2 s" in log
+    row = experiment_status(spec)
+    assert (row["state"], row["restarts"]) == ("queued", 2)
+    assert "queued, 2 restarts" in format_status_table([row])
+    slurm.SlurmBackend._say_restart(spec, read_state(spec), seen_counts := {spec.name: 0})
+    slurm.SlurmBackend._say_restart(spec, read_state(spec), seen_counts)  # once per requeue
+    assert capsys.readouterr().out == (f"[runner] RESTART {spec.name} (the trainer of task 0 ended (exit code 1)): "
+                                       f"requeue 2 of 2 in 1.2 s, resuming from its last checkpoint\n")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    with pytest.raises(ExperimentFailed, match=re.escape("requeued 2 time(s) for died trainings already "
+                                                         "(--slurm_max_requeues=2): not again")):
+        job()
+    assert calls.read_text().count("requeue") == 2 and read_state(spec)["state"] == "failed"
+
+
+def test_a_job_cancelled_during_its_backoff_is_not_requeued(tmp_path, monkeypatch):
+    """scancel (SIGTERM) while task 0 waits before a requeue: no requeue, the experiment is interrupted (the same
+    command resumes it), and the job ends within a second, not after the backoff."""
+    calls = stand_in_slurm_commands(tmp_path, monkeypatch)
+    as_task(monkeypatch, 0, 1)
+    monkeypatch.setenv("EXIT_CODE", "1")
+    job, spec = _job(tmp_path, EXITS_WITH, restart_backoff_sec=30)
+    threading.Thread(target=lambda: (wait_for(lambda: (read_state(spec) or {}).get("state") == "restarting", 30,
+                                              "the backoff"), os.kill(os.getpid(), signal.SIGTERM)),
+                     daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit) as exited:
+        job()
+    assert exited.value.code == 128 + signal.SIGTERM and time.monotonic() - t0 < 15
+    assert not calls.exists()
+    assert (read_state(spec)["state"], read_state(spec)["requeues"]) == ("interrupted", 1)
+    assert "SIGTERM during the backoff: not requeued (interrupted)" in log_path(spec).read_text()
 
 # ============================================================================ slow: the real cluster
 
@@ -1205,7 +1293,7 @@ def test_a_lost_rank_requeues_the_job_which_resumes_from_rank_0s_checkpoint(slur
     assert (requeue.group(2), requeue.group(3)) in {("0", "exit code 75: another rank died or hung"),
                                                     ("1", "killed by SIGKILL")}, log[-3000:]
     task1_log = slurm.task_log_path(spec, 1).read_text()
-    assert "task 1 of 2: the trainer ended (killed by SIGKILL); waiting up to 600 s for task 0 to requeue" in task1_log
+    assert "task 1 of 2: the trainer ended (killed by SIGKILL); waiting up to 640 s for task 0 to requeue" in task1_log
     assert task1_log.count("[runner] slurm job") >= 2 and "task 1 of 2 (restart 1)" in task1_log
     # the second attempt resumed from the checkpoint rank 0 had when the job was requeued
     full_log = read_log(spec)
@@ -1299,3 +1387,58 @@ def test_a_real_error_on_task_1_ends_the_job_at_once_without_requeue(slurm_clust
     records = slurm.read_task_records(spec)
     assert (records[0]["outcome"], records[1]["outcome"]) == ("stopped", "failed")
     assert "SIGTERM (cancelled, preempted or at the time limit), trainer stopped (exit code 130)" in read_log(spec)
+
+
+# the learner in a process of its own (serial mode has none to kill)
+ASYNC_TRAIN = ("python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_envs_per_worker=8 --device=cpu "
+               "--hidden_size=64 --use_rnn=False --batch_size=512 --set_workers_cpu_affinity=False --seed=1")
+RESTART_RE = re.compile(r"\[runner\] RESTART \S*cp \(the trainer of task 0 ended \(exit code 1\)\): requeue 1 of 3 "
+                        r"in 2 s, resuming from its last checkpoint")
+
+
+@pytest.mark.slow
+def test_a_killed_learner_requeues_the_job_after_its_backoff_and_resumes(slurm_cluster, tmp_path):
+    """Issue 56 on Slurm: kill -9 of the learner of a one-task job. The training stops with exit code 1 (its last
+    checkpoint kept); task 0 waits --slurm_restart_backoff_sec, requeues the job, the requeued job resumes from
+    the newest checkpoint there was (no env step lost beyond it, none counted twice) and finishes; the waiting
+    runner prints the RESTART, --status shows it. Before, exit code 1 failed the experiment for good."""
+    run_file = write_run(tmp_path, f"""
+        RUN_DESCRIPTION = RunDescription("learner", [
+            Experiment("cp", {ASYNC_TRAIN + " --train_for_env_steps=100000 --save_every_sec=2"!r}),
+        ])
+    """)
+    train_dir = tmp_path / "td"
+    (spec,) = specs_of(run_file, train_dir)
+    ckpt_dir = spec.exp_dir / "checkpoint_p0"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    flags = [f"--run={run_file}", f"--train_dir={train_dir}", *CPU_JOB]
+    launcher = subprocess.Popen([sys.executable, "-m", "sfx.runner.run", *flags, "--slurm_wait",
+                                 "--slurm_restart_backoff_sec=2"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(checkpoint_env_steps(spec)) >= 2, 180, "two checkpoints", spec=spec)
+        learner = json.loads((spec.exp_dir / "status.json").read_text())["components"]["learner_0"]
+        os.kill(learner, signal.SIGKILL)
+        newest = checkpoint_env_steps(spec)[-1]  # the coordinator's stop saves no other: the learner is gone
+        state = wait_for(lambda: (read_state(spec) or {}).get("state") == "restarting" and read_state(spec), 60,
+                         "the backoff", interval=0.1, spec=spec)
+        assert (state["requeues"], state["last_restart"]["returncode"], state["last_restart"]["backoff_sec"]) == \
+            (1, 1, 2)
+        out, _ = launcher.communicate(timeout=300)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, out + read_log(spec)[-3000:]
+    job_id = read_state(spec)["job_id"]
+    assert RESTART_RE.search(out), out
+    assert f"{spec.name}: finished (job {job_id}: COMPLETED, 2 attempt(s))" in out, out
+    log = read_log(spec)
+    assert "stopping: learner_0 died (exit code -9); its last checkpoint is kept" in log, log[-3000:]
+    assert "requeueing the job (requeue 1 of at most 3) in 2 s" in log
+    resumed = [int(m) for m in RESUMED_RE.findall(log)]
+    assert resumed and resumed[-1] >= newest, (resumed, newest)
+    assert log.count("[runner] attempt ") == 2
+    state = read_state(spec)
+    assert (state["state"], state["attempts"], state["requeues"], state["restarts"]) == ("finished", 2, 1, 1)
+    assert 100_000 <= int((spec.exp_dir / "done").read_text().split("=")[1]) <= 100_000 + 8 * 512
+    status = cli([*flags, "--status"], cwd=tmp_path)
+    assert "finished, 1 restart" in status.stdout, status.stdout
