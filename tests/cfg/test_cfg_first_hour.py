@@ -31,7 +31,10 @@ def no_cuda(monkeypatch):
 @pytest.fixture
 def visible(monkeypatch):
     """CUDA_VISIBLE_DEVICES as the test sets it, restored afterwards (place_device writes os.environ)."""
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # setenv first so the undo restores the variable's original state even when it was unset: a bare
+    # delenv of an absent variable records nothing, and place_device's write would outlive the test
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     return monkeypatch
 
