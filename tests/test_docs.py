@@ -78,7 +78,8 @@ def _option_strings(parser) -> set[str]:
 def _every_flag() -> dict[str, set[str]]:
     """What --help lists, per parser: the trainer with each agent, with each env family, and the other CLIs."""
     from sfx.agents import registered_agents
-    from sfx.cfg import add_eval_args, build_parser
+    from sfx.cfg import add_eval_args
+    from sfx.registries import build_parser
     from sfx.cfg.parsing import _new_parser
     from sfx.export import export_parser
     from sfx_runner.cli import build_parser as runner_parser
@@ -216,7 +217,7 @@ def _is_placeholder(args: list[str]) -> bool:
 
 def _train_cfg_json(env: str, experiment: str, train_dir: Path) -> None:
     """A trained experiment's cfg.json, as sfx.train writes it (what sfx.enjoy and sfx.export read)."""
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.cfg.cfg_json import cfg_to_dict
 
     cfg = parse_args([f"--env={env}", f"--experiment={experiment}", f"--train_dir={train_dir}"])
@@ -229,7 +230,7 @@ def dry_parse(module: str, args: list[str], train_dir: Path) -> None:
     """Parse ``python -m <module> <args>`` with sfx's own parsing functions; run nothing. Raises on a bad line."""
     here = [f"--train_dir={train_dir}"]  # appended: wins over a --train_dir the command names
     if module == "sfx.train":
-        from sfx.cfg import parse_args
+        from sfx.registries import parse_args
 
         parse_args(args + here)
     elif module == "sfx.dummy_sampler":
@@ -237,7 +238,8 @@ def dry_parse(module: str, args: list[str], train_dir: Path) -> None:
 
         parse_sampler_args(args + here)
     elif module in ("sfx.enjoy", "sfx.export"):
-        from sfx.cfg import ConfigError, build_parser, parse_args
+        from sfx.cfg import ConfigError
+        from sfx.registries import build_parser, parse_args
         from sfx.cfg.parsing import ArgParser
 
         rest = args
@@ -470,3 +472,126 @@ def test_every_page_fits_desktop_and_phone_widths(probed_site, tmp_path, page, w
     assert not report["images"], f"{where}: images that do not load: {report['images']}"
     assert not report["links"], f"{where}: in-page links to no anchor: {report['links']}"
 
+
+
+# --- pages short enough to read; the results page true to its numbers ------------------------------------
+
+def _docs_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"sfx_docs_{name}", DOCS / "figures" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_word_count_reads_prose_not_code():
+    wc = _docs_module("wordcount")
+    page = ("# Title here\n\nOne two three [four](somewhere.md#five) `six`.\n\n| a | b |\n| --- | --- |\n| seven | 8 |\n\n"
+            "```bash\npython -m sfx.train --env=a --experiment=b\n```\n\n<!-- not read -->\n")
+    # Title, here, One, two, three, [four], `six`., and the table's a, b, seven, 8: not the link target, the code
+    # block or the comment
+    assert wc.words(page) == 11
+    assert wc.too_long({"benchmarks.md": 2600, "appendix/benchmarks-log.md": 9000, "faq.md": 100}) == {"benchmarks.md": 2600}
+
+
+def test_no_page_outside_the_appendix_is_over_the_word_limit():
+    """Each page leads with what its reader came for; dated measurement logs live in docs/appendix/."""
+    wc = _docs_module("wordcount")
+    counts = wc.page_words(DOCS)
+    assert any(page.startswith("appendix/") for page in counts), "no appendix pages: is the word count's path right?"
+    over = wc.too_long(counts)
+    assert not over, (f"pages over {wc.WORD_LIMIT} words (move measurement logs to docs/appendix/<topic>.md, dated; "
+                      f"`python docs/figures/wordcount.py` counts them): {over}")
+
+
+def _figure_data() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted((DOCS / "figures" / "data").glob("*.json"))}
+
+
+def test_the_results_page_shows_every_figure_with_its_date_and_commands():
+    results = (DOCS / "results.md").read_text(encoding="utf-8")
+    data = _figure_data()
+    shown = re.findall(r"!\[[^\]]*\]\(figures/([a-z0-9_]+)\.svg\)", results)
+    assert len(set(shown)) >= 6, f"the results page shows {len(set(shown))} figures; the issue asks for six or more"
+    assert set(shown) == set(data), f"figures on the page without data, or data without a figure: {set(shown) ^ set(data)}"
+    for name, figure in data.items():
+        at = results.index(f"(figures/{name}.svg)")
+        section = results[at:results.find("![", at + 1) if "![" in results[at + 1:] else len(results)]
+        for date in re.findall(r"\d{4}-\d{2}-\d{2}", figure["date"]):
+            assert date in section, f"{name}: its date {date} is not given under the figure"
+        for command in figure["commands"]:
+            assert command in section, f"{name}: the command {command!r} is not shown under the figure"
+
+
+def _numbers(value, key: str = "") -> list[float]:
+    """The measured numbers of a figure's data (not seeds, levels or labels)."""
+    if key in ("seeds", "seed", "levels", "bar", "env_steps", "threshold", "frames"):
+        return []
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [value]
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in _numbers(v, k)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v, key)]
+    return []
+
+
+def _spellings(n: float) -> set[str]:
+    """How a measured number is written in the docs' tables and prose."""
+    out = {repr(n), f"{n:,}"}
+    if isinstance(n, float):
+        out |= {f"{n:.1f}", f"{n:,.1f}", f"{n:,.2f}"}
+    if float(n).is_integer():
+        i = int(n)
+        out |= {str(i), f"{i:,}"}
+        if i % 1000 == 0 and i:
+            out |= {f"{i // 1000}k", f"{i // 1000}K"}
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_figure_data()))
+def test_every_number_drawn_is_recorded_in_its_source_page(name):
+    """A figure draws only what a dated measurement recorded: each of its numbers appears in the page it cites."""
+    figure = _figure_data()[name]
+    files = figure["source_files"]
+    if not files:  # copied from a benchmark's own JSON: its summary must agree with its curve
+        assert "bench/results/" in figure["source"], f"{name}: no source page and no benchmark result named"
+        for run in figure["runs"].values():
+            curve, summary = run["curve"], run["summary"]
+            assert max(curve["reward"]) == pytest.approx(summary["max_reward"], abs=1e-3)
+            first = next(f for f, r in zip(curve["frames"], curve["reward"]) if r >= figure["threshold"])
+            assert first == summary["frames_to_threshold"]
+        return
+    text = " ".join((ROOT / f).read_text(encoding="utf-8") for f in files)
+    words = set(re.findall(r"-?[\d,]*\d(?:\.\d+)?[kKM]?", text))
+    missing = [n for n in _numbers({k: v for k, v in figure.items() if k not in ("figure", "date", "commands")})
+               if not _spellings(n) & words]
+    assert not missing, f"{name}: numbers not found in {files}: {missing}"
+
+
+def test_the_figures_are_drawn_from_their_data_and_small(tmp_path):
+    make = _docs_module("make_figures")
+    written = make.make(tmp_path)
+    assert {p.stem for p in written} == set(_figure_data())
+    for path in written:
+        committed = DOCS / "figures" / path.name
+        assert committed.is_file(), f"{path.name}: run `python docs/figures/make_figures.py` and commit it"
+        assert committed.read_bytes() == path.read_bytes(), \
+            f"docs/figures/{path.name} is not what its data draws: run `python docs/figures/make_figures.py`"
+        assert path.stat().st_size < 60_000, f"{path.name}: {path.stat().st_size} bytes, keep figures small"
+
+
+def test_the_site_has_its_logo_diagram_and_results(site):
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert 'src="assets/logo.svg"' in home or 'src="./assets/logo.svg"' in home, "the header has no logo"
+    assert re.search(r'rel="icon" href="(\./)?assets/logo\.svg"', home), "the favicon is not the logo"
+    assert (site / "assets" / "logo.svg").stat().st_size < 5_000
+    assert 'href="results/"' in home, "the home page does not link the results"
+    concepts = (site / "concepts" / "index.html").read_text(encoding="utf-8")
+    assert "figures/architecture.svg" in concepts and (site / "figures" / "architecture.svg").is_file()
+    svg = (DOCS / "figures" / "architecture.svg").read_text(encoding="utf-8")
+    assert "viewBox=" in svg and "http://www.w3.org/2000/svg" in svg and not re.search(r"(href|src)=\"https?:", svg)
+    nav = (site / "results" / "index.html").read_text(encoding="utf-8")
+    for page in ("appendix/benchmarks-log/", "appendix/appo-log/", "appendix/sac-log/", "appendix/engine-log/"):
+        assert page in nav, f"{page} is not in the navigation"
