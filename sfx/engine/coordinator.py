@@ -15,6 +15,7 @@ How the components are connected: :mod:`sfx.engine.wiring`; how they run: :mod:`
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import threading
@@ -52,6 +53,66 @@ def check_checkpoints_fit(cfg: Any, model: torch.nn.Module, agent: Any = None) -
         ckpt = load_latest_checkpoint(cfg, p)
         if ckpt is not None:
             agent.check_checkpoint(cfg, model, ckpt, str(checkpoint_dir(cfg, p)))
+
+
+# a cfg.json that cannot be written at start (a full disk): how long the start waits for room before it goes on or
+# gives up. A disk filled for seconds (another job's temp files, the fault injector) then costs a wait, not an exit
+DISK_FULL_WAIT_SEC = 20.0
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def save_cfg_at_start(cfg: Any, wait_sec: float = DISK_FULL_WAIT_SEC) -> str | None:
+    """Write cfg.json as a training starts; on a full disk, wait up to ``wait_sec`` for room. None when written
+    (or when the disk stayed full but the saved cfg.json already holds these very values: only this start's
+    provenance is not recorded, one warning); else the one line saying why the training cannot start (a new
+    experiment, or changed values, on a disk that stays full).
+
+    This was the "exit code 1 under a full disk" of issue 56: a training restarted while the disk was full died
+    here with a traceback (the OSError of the write), which went to a log on the same full disk."""
+    import json
+
+    from sfx.experiment import save_cfg
+    from sfx.experiment.cfg_io import cfg_to_dict
+    from sfx.experiment.paths import cfg_path
+
+    deadline = time.monotonic() + wait_sec
+    warned = False
+    while True:
+        try:
+            save_cfg(cfg)
+            if warned:
+                log.info("%s written: there is room again", cfg_path(cfg))
+            return None
+        except OSError as e:
+            if e.errno not in _DISK_FULL_ERRNOS:
+                raise
+            why = e.strerror or str(e)
+        if time.monotonic() >= deadline:
+            break
+        if not warned:
+            log.warning("%s could not be written (%s): waiting up to %.0f s for room", cfg_path(cfg), why, wait_sec)
+            warned = True
+        time.sleep(0.5)
+    try:
+        saved = json.loads(cfg_path(cfg).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = None
+    if isinstance(saved, dict):
+        saved.pop("provenance", None)
+        if saved == json.loads(json.dumps(cfg_to_dict(cfg))):
+            log.warning("%s could not be rewritten (%s): the saved one holds the same values, so the training "
+                        "goes on (this start's provenance is not recorded)", cfg_path(cfg), why)
+            return None
+    return (f"{cfg_path(cfg)} could not be written ({why}, for {wait_sec:.0f} s) and "
+            f"{'holds other values' if isinstance(saved, dict) else 'there is none yet'}: the training does not start; "
+            f"the same command starts it once there is room")
+
+
+def _not_started(cfg: Any) -> dict:
+    """run_training's result for a training that did not start (see :func:`save_cfg_at_start`)."""
+    return {"status": "failed", "stop_reason": None, "env_steps": 0, "elapsed_sec": 0.0, "samples_per_sec": 0.0,
+            "fps": 0.0, "reward": [float("nan")] * cfg.num_policies, "train_step": [0] * cfg.num_policies,
+            "train_stats": [{} for _ in range(cfg.num_policies)]}
 
 
 def rank_cfg(cfg: Any, ranks: Any) -> Any:
@@ -164,7 +225,7 @@ def run_training(cfg: Any) -> dict:
     (samples x ``--env_frameskip``), both over the whole session.
     """
     from sfx.errors import ConfigError
-    from sfx.experiment import done_path, experiment_dir, save_cfg, setup_logging
+    from sfx.experiment import done_path, experiment_dir, setup_logging
     from sfx.agents import find_agent
 
     ranks = detect_ranks()
@@ -214,7 +275,12 @@ def run_training(cfg: Any) -> dict:
     exp_dir.mkdir(parents=True, exist_ok=True)
     if done_path(cfg).exists():
         done_path(cfg).unlink()  # a resumed run is not done until it finishes again
-    save_cfg(cfg)
+    cannot_start = save_cfg_at_start(cfg)
+    if cannot_start is not None:
+        log.error("%s", cannot_start)
+        if meeting is not None:
+            meeting.close()
+        return _not_started(cfg)
 
     reporter = TrainingReporter(cfg, runtime.pids, world_size=ranks.world_size, task_names=env_info.task_names,
                                 main_rank=ranks.is_main)

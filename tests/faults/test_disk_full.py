@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -138,3 +139,53 @@ def test_disk_full_at_the_end_leaves_no_empty_done_file(small_disk):
     again = subprocess.run(train_cmd(small_disk, 8), cwd=REPO, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
     assert done.read_text().startswith("env_steps=") and int(done.read_text().split("=")[1]) > 0
+
+
+@pytest.mark.fault("disk full when a training (re)starts (its cfg.json)")
+def test_a_training_started_on_a_full_disk_waits_for_room_then_goes_on_or_says_why_in_one_line(small_disk):
+    """Issue 56's "exit code 1 under a full disk": the runner restarted a training while the disk was full, and the
+    start died writing cfg.json (an OSError's traceback, lost to the same full disk). Now the start waits for room
+    (DISK_FULL_WAIT_SEC); if the disk stays full, a resume whose saved cfg.json holds the same values goes on (one
+    warning), and one with other values ends with one line, no traceback."""
+    from sfx.engine.coordinator import DISK_FULL_WAIT_SEC
+
+    cfg_json = small_disk / "d" / "cfg.json"
+    first = subprocess.run(train_cmd(small_disk, 3), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0 and cfg_json.is_file(), first.stderr[-3000:]
+
+    # full for 3 s while the same command starts again: it waits, then resumes and finishes
+    filler = fill(small_disk)
+    proc = subprocess.Popen(train_cmd(small_disk, 3), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.time() + 90
+    while not any("waiting up to" in line for line in lines) and time.time() < deadline:
+        assert proc.poll() is None, "".join(lines)[-3000:]
+        time.sleep(0.2)
+    time.sleep(3)
+    os.unlink(filler)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    err = "".join(lines)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert f"could not be written (No space left on device): waiting up to {DISK_FULL_WAIT_SEC:.0f} s for room" in err
+    assert "written: there is room again" in err and "resumed at train step" in err, err[-3000:]
+
+    # full for good: the same command goes on (its cfg.json is the one saved, same values)...
+    saved = json.loads(cfg_json.read_text())
+    filler = fill(small_disk)
+    same = subprocess.run(train_cmd(small_disk, 3), cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert same.returncode == 0 and "Traceback" not in same.stderr, same.stderr[-3000:]
+    assert "the saved one holds the same values, so the training goes on" in same.stderr, same.stderr[-3000:]
+    assert json.loads(cfg_json.read_text()) == saved  # intact
+    # ...and other values (a changed flag) end the start with one line, non-zero: the runner restarts it later
+    other = subprocess.run(train_cmd(small_disk, 3) + ["--learning_rate=0.001"], cwd=REPO, capture_output=True,
+                           text=True, timeout=180)
+    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    assert "holds other values: the training does not start; the same command starts it once there is room" \
+        in other.stderr, other.stderr[-3000:]
+    assert json.loads(cfg_json.read_text()) == saved
+    os.unlink(filler)
