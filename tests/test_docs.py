@@ -595,3 +595,11 @@ def test_the_site_has_its_logo_diagram_and_results(site):
     nav = (site / "results" / "index.html").read_text(encoding="utf-8")
     for page in ("appendix/benchmarks-log/", "appendix/appo-log/", "appendix/sac-log/", "appendix/engine-log/"):
         assert page in nav, f"{page} is not in the navigation"
+
+
+def test_every_image_in_the_docs_is_small():
+    """Pictures load at once on a phone: a few tens of KB each (SVG text stays text; PNG plots with a palette)."""
+    images = [p for ext in ("png", "jpg", "jpeg", "gif", "svg") for p in DOCS.rglob(f"*.{ext}")]
+    assert len(images) >= 10
+    big = {str(p.relative_to(DOCS)): p.stat().st_size for p in images if p.stat().st_size > 60_000}
+    assert not big, f"images over 60 KB (a PNG plot: quantize it to a palette; a figure: draw it as SVG): {big}"
