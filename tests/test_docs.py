@@ -593,7 +593,7 @@ def test_the_site_has_its_logo_diagram_and_results(site):
     svg = (DOCS / "figures" / "architecture.svg").read_text(encoding="utf-8")
     assert "viewBox=" in svg and "http://www.w3.org/2000/svg" in svg and not re.search(r"(href|src)=\"https?:", svg)
     nav = (site / "results" / "index.html").read_text(encoding="utf-8")
-    for page in ("appendix/benchmarks-log/", "appendix/appo-log/", "appendix/sac-log/", "appendix/engine-log/"):
+    for page in ("appendix/throughput-log/", "appendix/learning-log/", "appendix/appo-log/", "appendix/sac-log/", "appendix/engine-log/"):
         assert page in nav, f"{page} is not in the navigation"
 
 
