@@ -50,7 +50,11 @@ RUN_DESCRIPTION = RunDescription("faults_full", [
                "--worker_num_splits=2 --res_w=64 --res_h=48 --rollout=32 --recurrence=32 --batch_size=512 "
                "--use_rnn=True --hidden_size=128 --num_policies=4 --with_pbt=True --pbt_period_env_steps=20000 "
                "--pbt_start_mutation=20000 --pbt_replace_fraction=0.25 --doom_timelimit_min=0.25 "
-               "--train_for_env_steps={{doom_steps}} " + COMMON),
+               "--train_for_env_steps={{doom_steps}} " + COMMON
+               # its rollout workers start a new match (the game processes of 2 players) inside the run, which on
+               # the loaded 2-core machine took more than 10 s: a heartbeat timeout stopped the training each time
+               # (measured in a 150-s smoke run, 12 restarts at 0 env steps)
+               + " --heartbeat_timeout_sec=60"),
     Experiment("ranks2", "python -m torch.distributed.run --standalone --nproc_per_node=2 --max_restarts=3 -m "
                + CARTPOLE.split(" -m ", 1)[1] + " --train_for_env_steps={{steps}} --num_workers=1 "
                "--distributed_timeout_sec=60"),
@@ -58,7 +62,9 @@ RUN_DESCRIPTION = RunDescription("faults_full", [
                "--hidden_size=64 --save_replay_buffer=True --train_for_env_steps={{steps}} " + COMMON),
     Experiment("sac", "python -m sfx.train --env=gym_Pendulum-v1 --algo=SAC --num_workers=1 --num_envs_per_worker=2 "
                "--hidden_size=64 --batch_size=64 --save_replay_buffer=True --train_for_env_steps={{sac_steps}} "
-               + COMMON),
+               # SEED's replay ratio (256) made its learner the whole sweep's bottleneck here (4 env steps/s), and a
+               # 1M-transition buffer made each checkpoint 61 MB: the sweep tests recovery, not SAC's learning
+               "--replay_ratio=16 --replay_buffer_size=20000 " + COMMON),
     Experiment("li_eval", CARTPOLE + " --inference=learner --eval_every_env_steps=20000 "
                "--train_for_env_steps={{steps}}"),
 ])
