@@ -65,7 +65,7 @@ def child_env() -> dict[str, str]:
 
 def run_child(train_argv: list[str], result_path: str) -> None:
     """Inside the per-run process: train, then write run_training's result as JSON."""
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.train import run_training
 
     cfg = parse_args(train_argv)

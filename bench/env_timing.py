@@ -40,7 +40,7 @@ def time_env(env_name: str, seconds: float, cfg_overrides: dict | None = None, *
     """Make ``env_name`` with sfx's defaults (seed 0, plus ``cfg_overrides``), reset it and time it with
     :func:`time_random_steps` (``timing``: its keyword arguments). Returns ``{'env', 'steps_per_sec',
     'frames_per_sec', 'steps', 'episodes', 'seconds', 'agents'}`` (frames = agent steps x frameskip)."""
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.envs import make_env
 
     cfg = default_cfg(env_name, seed=0, **(cfg_overrides or {}))

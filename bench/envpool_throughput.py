@@ -61,7 +61,7 @@ def cores() -> int:
 
 
 def env_cfg(args: argparse.Namespace, backend: str):
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
 
     return default_cfg(args.env, train_dir=tempfile.gettempdir(), env_backend=backend)
 

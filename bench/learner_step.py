@@ -32,7 +32,7 @@ import torch
 
 
 def build(args: argparse.Namespace, mixed_precision: str):
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.engine.coordinator import probe_env
     from sfx.models import create_actor_critic
 

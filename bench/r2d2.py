@@ -106,14 +106,14 @@ def atari(args: argparse.Namespace, out: Path) -> list[dict]:
 
 
 def replay_cost(args: argparse.Namespace) -> dict:
-    """Seconds per operation of :class:`~sfx.agents.sequence_replay.PrioritizedSequences` at Atari sizes."""
+    """Seconds per operation of :class:`~sfx.agents.kit.sequence_replay.PrioritizedSequences` at Atari sizes."""
     import gymnasium
     import torch
 
     from sfx.agents.base import Batch
     from sfx.agents.r2d2 import R2D2
-    from sfx.agents.sequence_replay import PrioritizedSequences
-    from sfx.cfg import default_cfg
+    from sfx.agents.kit.sequence_replay import PrioritizedSequences
+    from sfx.registries import default_cfg
 
     cfg = default_cfg(env="atari_breakout", algo="R2D2", device="cpu")
     T, B, n_ins = cfg.rollout, cfg.burn_in, R2D2.trajectories_per_iteration(cfg)

@@ -84,7 +84,7 @@ def rank_result_path(result_path: str, rank: int) -> Path:
 
 def run_child(train_argv: list[str], result_path: str) -> None:
     """Inside one rank (or the only one): train, then write run_training's result for the parent."""
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.train import run_training
 
     result = run_training(parse_args(train_argv))
@@ -153,7 +153,7 @@ def build_model(env: str):
         a = argparse.Namespace(env=env, rollout=32, batch_size=2048)
         model, _ = build(a, "off")
         return model
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.engine.coordinator import probe_env
     from sfx.models import create_actor_critic
 

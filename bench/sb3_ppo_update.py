@@ -186,7 +186,7 @@ def sfx_iteration(d: dict, flags: list[str]) -> tuple[dict, dict]:
 
     from sfx.agents.appo import iteration_targets, learning_step, make_optimizer
     from sfx.algo.minibatches import gather_transitions
-    from sfx.cfg.parsing import parse_args as sfx_parse_args
+    from sfx.registries import parse_args as sfx_parse_args
     from sfx.models.actor_critic import create_actor_critic
 
     cfg = sfx_parse_args(flags, resume=False)

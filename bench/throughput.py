@@ -295,7 +295,7 @@ class RoundRobinEnvs:
 def _raw_process(index: int, core: int | None, flags: list[str], seconds: float, num_envs: int, barrier,
                  results) -> None:
     from bench.env_timing import time_random_steps
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.envs import make_env
 
     if core is not None:

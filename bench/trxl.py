@@ -106,7 +106,7 @@ def throughput_flags() -> list[str]:
 
 def make_cfg(row_flags: list[str], args: argparse.Namespace, learner: bool) -> Any:
     """The benchmark's cfg with this row's core; ``learner``: with this script's minibatch settings."""
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
 
     own = ([f"--batch_size={args.batch_size}", f"--rollout={args.rollout}", f"--recurrence={args.rollout}"]
            if learner else [])

@@ -132,7 +132,7 @@ def _trainer_parser() -> argparse.ArgumentParser:
 def _agent_parts(name: str) -> tuple[argparse.ArgumentParser, list[argparse.Action], dict]:
     """The parser for ``--algo=name``, the agent's own flags, and its defaults of the trainer's shared flags."""
     from sfx.agents import find_agent
-    from sfx.cfg import build_parser
+    from sfx.registries import build_parser
 
     find_agent(name)  # a ConfigError naming the registered agents for a wrong name
     parser = build_parser(None, argv=[f"--algo={name}"])
@@ -185,7 +185,7 @@ def family_names() -> list[str]:
 
 
 def _family_parser(prefix: str) -> tuple[argparse.ArgumentParser, str]:
-    from sfx.cfg import build_parser
+    from sfx.registries import build_parser
 
     env = EXAMPLE_ENVS.get(prefix, prefix + "example" if prefix.endswith("_") else prefix)
     argv = [f"--env={env}", *EXAMPLE_ARGV.get(prefix, [])]
@@ -202,7 +202,7 @@ def family_section(prefix: str, level: int = 3) -> str:
     except Exception as e:  # noqa: BLE001 - a family whose optional packages are missing: said on the page
         return (f"{h} `{prefix}`\n\n!!! warning \"Not generated\"\n    The `{prefix}` family could not be "
                 f"loaded where this page was built: {_escape(e)}\n")
-    from sfx.cfg import build_parser
+    from sfx.registries import build_parser
 
     family = find_family(env)
     base = build_parser(None)  # the trainer's flags and the default agent's, at their own defaults

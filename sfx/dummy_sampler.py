@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import parse_args
 from sfx.engine.coordinator import run_loop
 from sfx.engine.protocol import ERROR, ROLLOUT, STOPPED
 from sfx.engine.runtime import ProcessRuntime, SerialRuntime

@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sfx.cfg import ConfigError, add_eval_args, parse_args
+from sfx.cfg import ConfigError, add_eval_args
+from sfx.registries import parse_args
 from sfx.cfg.threads import acting_threads
 
 MAX_VIDEO_FRAMES = 10**9  # frames past this are not written (a guard against filling the disk)

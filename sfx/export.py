@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import parse_args
 from sfx.cfg.parsing import ArgParser
 from sfx.cfg.threads import acting_threads
 

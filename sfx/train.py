@@ -22,10 +22,10 @@ from typing import Any
 
 import sfx.pbt  # noqa: F401 - registers population-based training as a coordinator observer
 from sfx.agents import find_agent
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import algo_name, parse_args
 from sfx.cfg.api_terms import in_python_terms
 from sfx.cfg.cfg_json import flags_to_argv
-from sfx.cfg.parsing import algo_name
 from sfx.engine import run_training
 
 # 75 (EX_TEMPFAIL): another rank of a multi-rank training died, hung or was killed; this rank stopped with

@@ -279,7 +279,7 @@ def _axis_values(name: str, text: str, choices: Sequence[str] | None) -> list:
 
 def _family_backends(env: str) -> tuple[str, ...] | None:
     """The choices of the env family's ``--env_backend``, or None when it has no such flag."""
-    from sfx.cfg import build_parser
+    from sfx.registries import build_parser
 
     for action in build_parser(env)._actions:
         if action.dest == "env_backend":
@@ -400,7 +400,7 @@ def _check_training_line(passthrough: list[str], points: list[GridPoint], explic
 
 
 def _parse_points(passthrough: list[str], points: list[GridPoint], failures: dict) -> None:
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.cfg.parsing import UnknownFlagError
 
     with tempfile.TemporaryDirectory(prefix="sfx_tune_check_") as tmp:

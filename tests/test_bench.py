@@ -11,7 +11,8 @@ import torch
 
 from bench import bench_throughput
 from bench.image_env import EPISODE_STEPS, PREFIX, ScrollingTargetEnv, parse_size
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import parse_args
 from sfx.envs import make_env
 
 
@@ -181,7 +182,7 @@ def test_learning_bench_reads_both_frameworks_event_files_in_raw_units(tmp_path,
     # frames: sfx renders basic as Sample Factory's copy of basic.cfg does
     render = "--doom_render=hud=on,decals=off,particles=off"
     assert [f for f in sfx_cmd[3:] if f != render] == sf_cmd[3:] and render in sfx_cmd
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.envs.doom.game import parse_render
     assert dict(parse_render(render.split("=", 1)[1])) == {"hud": True, "decals": False, "particles": False}
     assert default_cfg("doom_basic", doom_render=render.split("=", 1)[1]).doom_render  # a valid sfx flag
@@ -473,7 +474,7 @@ def test_throughput_ratios_cover_episode_length_rows_and_overhead():
 
 def test_episode_cap_family_cuts_episodes_of_any_single_agent_env(tmp_path):
     import bench.episode_cap  # noqa: F401  registers bench_cap_
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
 
     cfg = parse_args(["--env=bench_cap_gym_CartPole-v1", "--bench_cap_steps=5", f"--train_dir={tmp_path}",
                       "--device=cpu"], resume=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.sac import HALFCHEETAH_FLAGS, TASKS, crossings, first_full, task_bars
-from sfx.cfg import parse_args
+from sfx.registries import parse_args
 
 
 def test_crossings_take_the_first_point_at_or_above_each_bar_once_the_window_is_full():

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from sfx import enjoy as enjoy_module
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import parse_args
 from sfx.cfg.threads import ACTING_THREADS
 from sfx.envs import MultiAgentEnv, register_env_family, unregister_env_family
 from sfx.models import create_actor_critic
@@ -78,7 +79,7 @@ def test_max_num_frames_stops_mid_episode(tmp_path, capsys):
 def test_deterministic_plays_the_mode(tmp_path, monkeypatch):
     """--deterministic: every action is the acting rule's mode (the one export traces), none is sampled."""
     where = make_experiment(tmp_path)
-    import sfx.agents.appo as appo  # enjoy acts through APPO's acting rule
+    import sfx.agents.appo.acting as appo  # enjoy acts through APPO's acting rule
 
     original, mode_actions = appo.make_action_distribution, appo.APPOActingRule.mode_actions
     calls = {"mode": 0}

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs import MultiAgentEnv, find_family, make_env, register_env, register_env_family, unregister_env_family
 
 ROOT = Path(__file__).resolve().parents[1]

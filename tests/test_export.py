@@ -21,7 +21,8 @@ import torch
 from sfx import export as export_module
 from sfx.agents.appo import APPOActingRule
 from sfx.algo.distributions import action_shape, make_action_distribution
-from sfx.cfg import ConfigError, default_cfg, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg, parse_args
 from sfx.envs import make_env
 from sfx.experiment import load_latest_checkpoint, save_best_checkpoint
 from sfx.models import create_actor_critic

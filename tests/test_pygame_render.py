@@ -44,7 +44,7 @@ def test_setup_py_asks_for_the_pygame_its_families_require():
 
 
 def _frame(env_name: str, *flags: str, render_mode: str = "rgb_array"):
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.envs import make_env
 
     cfg = parse_args([f"--env={env_name}", *flags])

@@ -23,7 +23,7 @@ def test_readme_shows_the_two_commands_and_points_to_the_site():
 
 
 def test_main_job_command_is_valid(tmp_path):
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
 
     script = (ROOT / "run_main.sh").read_text()
     command = script.split("-m sfx.train", 1)[1].replace("\\\n", " ").split('"$@"')[0]

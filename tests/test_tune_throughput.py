@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sfx.cfg import build_parser, parse_args
+from sfx.registries import build_parser, parse_args
 from sfx.errors import ConfigError
 from sfx.tune_throughput import (DEFAULT_ENVS_PER_WORKER, GridPoint, build_grid, machine_axes, max_total_envs,
                                  parse_tune_args, point_priority, prune_grid, tuner_parser)

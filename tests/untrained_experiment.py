@@ -3,7 +3,7 @@ read one (sfx.enjoy, sfx.export)."""
 
 from pathlib import Path
 
-from sfx.cfg import parse_args
+from sfx.registries import parse_args
 from sfx.envs import make_env
 from sfx.experiment import cfg_to_dict, experiment_dir, save_cfg, save_checkpoint
 from sfx.models import create_actor_critic

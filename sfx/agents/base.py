@@ -3,7 +3,7 @@ the per-step trajectory fields it needs stored (:class:`FieldSpec`), and the :cl
 source hands to its training step.
 
 The engine (processes, shared memory, queues, supervision, ranks, checkpoint timing, PBT messages)
-knows an agent only through these declarations, so an algorithm is one file plus
+knows an agent only through these declarations, so an algorithm is one folder plus
 :func:`~sfx.agents.registry.register_agent`. Nothing here starts a process or touches a queue.
 """
 
@@ -159,6 +159,8 @@ class Agent:
     name: ClassVar[str] = ""
     # the title of its flag group in --help
     flag_group: ClassVar[str] = ""
+    # the title of its model's flag group (add_model_flags) in --help
+    model_flag_group: ClassVar[str] = "actor-critic model"
     # a module function "package.module:function" that runs instead of a training (argv -> exit code),
     # e.g. the dummy sampler; None: the engine trains with this agent
     entry_point: ClassVar[str | None] = None
@@ -184,6 +186,22 @@ class Agent:
     @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
         """Add the agent's own flags (with defaults and help) to ``parser``'s group for it."""
+
+    @classmethod
+    def add_model_flags(cls, parser: argparse._ActionsContainer) -> None:
+        """Add the flags of the model :meth:`make_model` builds, in a group of their own. By default the
+        actor-critic's (:mod:`sfx.agents.kit.model_flags`); an agent with another model overrides this with its
+        model's flags (none: the actor-critic's are then refused as another agent's)."""
+        from sfx.agents.kit.model_flags import add_actor_critic_flags
+
+        add_actor_critic_flags(parser)
+
+    @classmethod
+    def validate_model_flags(cls, cfg: Any) -> None:
+        """Raise :class:`~sfx.errors.ConfigError` on a bad value of :meth:`add_model_flags`' flags."""
+        from sfx.agents.kit.model_flags import validate_actor_critic_flags
+
+        validate_actor_critic_flags(cfg)
 
     @classmethod
     def check_flags(cls, cfg: Any, explicit: Iterable[str]) -> None:
@@ -266,17 +284,22 @@ class Agent:
     def __init__(self, cfg: Any, model: torch.nn.Module, device: torch.device, group: Any = None) -> None:
         """``cfg``: the learner's own copy (PBT changes it in place); ``group``: a
         :class:`~sfx.engine.data_parallel.GradientGroup` when this policy learns on several ranks."""
+        from sfx.agents.kit.optimizers import NamedOptimizers  # the kit imports this module
+
         self.cfg = cfg
         self.model = model
         self.device = device
         self.group = group
         self.lr_scale = 1.0  # --lr_schedule's factor on the learning-rate flags (set_lr_scale)
+        # the agent's optimizers by checkpoint name and learning-rate flag: the defaults below checkpoint them
+        # and set their rates
+        self.optimizers = NamedOptimizers()
 
     def sample_source(self, fresh: Any) -> Any:
         """Where this agent's batches come from: ``fresh`` (the engine's
         :class:`~sfx.engine.sample_source.FreshTrajectories`), or a replay store built around it
         (``add`` / ``ready`` / ``next_batch`` / ``update_priorities``, see that module; the kit's base:
-        :class:`sfx.agents.replay_store.ReplayStore`)."""
+        :class:`sfx.agents.kit.replay_store.ReplayStore`)."""
         return fresh
 
     def minibatches(self, batch: Batch) -> Iterable[tuple[dict[str, Any], torch.Tensor]]:
@@ -300,16 +323,19 @@ class Agent:
 
     def learning_state(self) -> dict[str, Any]:
         """Everything learned beside the model's weights (optimizer states, running statistics):
-        checkpointed under these keys next to ``model``, copied by PBT, broadcast to ranks."""
-        return {}
+        checkpointed under these keys next to ``model``, copied by PBT, broadcast to ranks. By default the
+        states of :attr:`optimizers` under their names."""
+        return self.optimizers.state_dict()
 
     def load_learning_state(self, state: Mapping[str, Any]) -> None:
         """The inverse of :meth:`learning_state`; keys missing from an older checkpoint start afresh."""
+        self.optimizers.load_state_dict(state)
 
     def apply_params(self, params: Mapping[str, Any]) -> None:
         """New hyperparameters (PBT, a resumed run's flags): ``cfg`` is already updated; apply what an
-        optimizer holds itself (learning rates: the flag's value times ``self.lr_scale`` where the agent offers
-        ``linear_decay`` in :attr:`lr_schedules`)."""
+        optimizer holds itself. By default every optimizer of :attr:`optimizers` steps at its flag's value times
+        ``self.lr_scale``."""
+        self.optimizers.set_learning_rates(self.cfg, self.lr_scale)
 
     def set_lr_scale(self, scale: float) -> None:
         """``--lr_schedule``'s factor from the next step on: every learning rate becomes its flag's value times
@@ -318,6 +344,9 @@ class Agent:
         self.apply_params({})
 
     def current_lr(self) -> float:
+        """The learning rate reported (TensorBoard's ``lr``): the first optimizer's, else ``--learning_rate``."""
+        if self.optimizers:
+            return self.optimizers.lr(next(iter(self.optimizers)))
         return float(self.cfg.learning_rate)
 
 

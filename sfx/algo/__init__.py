@@ -39,6 +39,7 @@ __all__ = [
     "TrajectoryOutputs",
     "appo_loss_terms",
     "appo_targets",
+    "scale_rewards",
     "ActionDistribution",
     "UnsupportedActionSpaceError",
     "action_params_size",

@@ -279,22 +279,20 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         values: ``[B, T]`` current values in the reward scale (for ``value_mean`` only).
         values_normalized: ``[B, T]`` the value head's output (carries the gradient).
         old_values_normalized: ``[B, T]`` the values recorded when acting, in the head's scale.
-        valids: ``[B, T]`` bool.
-        params: ``ppo_clip_ratio, ppo_clip_value, exploration_loss``, ``policy_loss`` and its parameters.
+        valids: ``[B, T]`` bool. params: the clips, ``exploration_loss``, ``policy_loss`` and its parameters.
         vmpo_raw_duals: ``[2]`` V-MPO's learned parameters (``sfx.algo.policy_losses.vmpo_duals``; ``[3]``,
             ``vmpo_decoupled_duals``, with ``vmpo_kl_bounds="decoupled"``); needed with ``policy_loss="vmpo"``,
             unused otherwise.
-        replayed: ``[B, T]`` bool, the samples that come from a replay buffer (None: none). With
-            ``replayed_loss="impala"`` they are trained as the V-trace replay platform trains them, IMPALA's loss:
-            ``-A log pi`` (V-trace's policy-gradient advantages already carry the clipped ratio) and the unclipped
-            value loss, instead of PPO's ratio clip and the value clip around their stale recorded values; each
-            term is then the mean over all valid samples of the fresh samples' PPO terms and the replayed ones'.
+        replayed: ``[B, T]`` bool, the samples from a replay buffer (None: none). With ``replayed_loss="impala"``
+            they get IMPALA's loss, as the V-trace replay platform trains them: ``-A log pi`` (V-trace's advantages
+            carry the clipped ratio) and the unclipped value loss; each term is then the valid samples' mean of
+            the fresh samples' PPO terms and the replayed ones'.
 
     Returns:
         ``LossTerms``.
     """
     shape = valids.shape
-    kl_per_sample = None  # computed where it always was (the gradients' summation order stays today's), V-MPO first
+    kl_per_sample = None  # V-MPO computes it first; else after the other terms (the gradients' summation order)
     ratio = torch.exp(log_prob.detach() - old_log_prob.detach())
     policy_stats = None
     adv = targets.advantages
@@ -317,30 +315,8 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         policy_stats = {"awr/weight_mean": masked_mean(awr.weights, valids),
                         "awr/clipped_fraction": masked_mean(clipped, valids)}
     else:
-        if vmpo_raw_duals is None:
-            raise ValueError("appo_loss_terms: policy_loss='vmpo' needs vmpo_raw_duals (the learned eta and alpha)")
-        if params.vmpo_kl_bounds == "decoupled":
-            # Song et al. 2019's appendix: the mean's and the covariance's parts of the KL, bounded apart
-            if not (isinstance(dist, DiagGaussian) and isinstance(old_dist, DiagGaussian)):
-                raise ValueError(f"appo_loss_terms: vmpo_kl_bounds='decoupled' needs Gaussian policies, not "
-                                 f"{type(dist).__name__}")
-            eta, alpha_mu, alpha_sigma = vmpo_decoupled_duals(vmpo_raw_duals)
-            parts = gaussian_kl_parts(old_dist.mean, old_dist.log_std, dist.mean, dist.log_std)
-            vm = vmpo_decoupled_loss(log_prob, adv, parts.mean.reshape(shape), parts.std.reshape(shape), eta,
-                                     alpha_mu, alpha_sigma, params.vmpo_eps_eta, params.vmpo_eps_alpha_mu,
-                                     params.vmpo_eps_alpha_sigma, valids)
-            policy_stats = {"vmpo/alpha_mu": alpha_mu.detach(), "vmpo/alpha_sigma": alpha_sigma.detach(),
-                            "vmpo/kl_mu": vm.kl_mu, "vmpo/kl_sigma": vm.kl_sigma}
-        else:
-            eta, alpha = vmpo_duals(vmpo_raw_duals)
-            kl_per_sample = old_dist.kl_divergence(dist).reshape(shape)
-            vm = vmpo_loss(log_prob, adv, kl_per_sample, eta, alpha, params.vmpo_eps_eta, params.vmpo_eps_alpha,
-                           valids)
-            policy_stats = {"vmpo/alpha": alpha.detach()}
-        policy = vm.total
-        policy_stats = {"vmpo/eta": eta.detach(), **policy_stats, "vmpo/weights_kl": vm.weights_kl,
-                        "loss/vmpo_policy": vm.policy.detach(), "loss/vmpo_temperature": vm.temperature.detach(),
-                        "loss/vmpo_trust_region": vm.trust_region.detach()}
+        policy, policy_stats, kl_per_sample = _vmpo_policy_term(dist, old_dist, log_prob, adv, valids, params,
+                                                                vmpo_raw_duals)
     if impala_rows is None:
         value = ppo_value_loss(values_normalized, old_values_normalized, returns_normalized, params.ppo_clip_value,
                                valids)
@@ -366,3 +342,37 @@ def appo_loss_terms(dist: ActionDistribution, old_dist: ActionDistribution, log_
         target_mean=targets.returns.mean(),
         policy_stats=policy_stats,
     )
+
+
+def _vmpo_policy_term(dist: ActionDistribution, old_dist: ActionDistribution, log_prob: torch.Tensor,
+                      adv: torch.Tensor, valids: torch.Tensor, params: APPOParams,
+                      vmpo_raw_duals: torch.Tensor | None) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+    """V-MPO's policy term (``policy_loss="vmpo"``), its statistics, and the per-sample KL when it computed it
+    (single bounds; None with decoupled ones): see :func:`appo_loss_terms`."""
+    if vmpo_raw_duals is None:
+        raise ValueError("appo_loss_terms: policy_loss='vmpo' needs vmpo_raw_duals (the learned eta and alpha)")
+    shape = valids.shape
+    kl_per_sample = None
+    if params.vmpo_kl_bounds == "decoupled":
+        # Song et al. 2019's appendix: the mean's and the covariance's parts of the KL, bounded apart
+        if not (isinstance(dist, DiagGaussian) and isinstance(old_dist, DiagGaussian)):
+            raise ValueError(f"appo_loss_terms: vmpo_kl_bounds='decoupled' needs Gaussian policies, not "
+                             f"{type(dist).__name__}")
+        eta, alpha_mu, alpha_sigma = vmpo_decoupled_duals(vmpo_raw_duals)
+        parts = gaussian_kl_parts(old_dist.mean, old_dist.log_std, dist.mean, dist.log_std)
+        vm = vmpo_decoupled_loss(log_prob, adv, parts.mean.reshape(shape), parts.std.reshape(shape), eta,
+                                 alpha_mu, alpha_sigma, params.vmpo_eps_eta, params.vmpo_eps_alpha_mu,
+                                 params.vmpo_eps_alpha_sigma, valids)
+        policy_stats = {"vmpo/alpha_mu": alpha_mu.detach(), "vmpo/alpha_sigma": alpha_sigma.detach(),
+                        "vmpo/kl_mu": vm.kl_mu, "vmpo/kl_sigma": vm.kl_sigma}
+    else:
+        eta, alpha = vmpo_duals(vmpo_raw_duals)
+        kl_per_sample = old_dist.kl_divergence(dist).reshape(shape)
+        vm = vmpo_loss(log_prob, adv, kl_per_sample, eta, alpha, params.vmpo_eps_eta, params.vmpo_eps_alpha,
+                       valids)
+        policy_stats = {"vmpo/alpha": alpha.detach()}
+    policy = vm.total
+    policy_stats = {"vmpo/eta": eta.detach(), **policy_stats, "vmpo/weights_kl": vm.weights_kl,
+                    "loss/vmpo_policy": vm.policy.detach(), "loss/vmpo_temperature": vm.temperature.detach(),
+                    "loss/vmpo_trust_region": vm.trust_region.detach()}
+    return policy, policy_stats, kl_per_sample

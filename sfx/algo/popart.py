@@ -50,23 +50,16 @@ exactly as ``u_k`` updates of one unit each would, so ``beta`` means the same wh
 the task mix; they move towards the task's batch mean, where folding the units in one at a time would
 weigh the later ones more: the two differ by at most ``(u_k beta)^2`` times the spread of the units'
 means (order-free, and split over data-parallel ranks as per-task sums and counts that one all-reduce
-adds up). Moving only once per learner step (``a_k = beta``, this module before) made the statistics
-(trajectories per task per batch) times slower than that: on short runs ``sigma`` stayed near its initial
-1 for hundreds of steps, the value targets unnormalised, the value loss dwarfing the policy loss. Per
-sample (``--popart_beta`` times ``T`` faster) was measured worse on Acrobot: while every episode fails
-the targets' spread collapses (``sigma ~ 0.2``) and the first successes blow up the normalised targets;
-learning then stalled on 1 of 2 runs of a single task and of the x1/x1000 pair.
+adds up). Moving once per learner step instead would make the statistics (trajectories per task per
+batch) times slower; moving per sample of a trajectory, ``T`` times faster (what was measured of both:
+docs/appendix/agents_flag_notes.md, "PopArt's rate").
 
 Following the mean (``popart_step(..., preserve_mean=False)``, sfx's learner; issue 29). Preserving the
 outputs precisely, a value head learns its task's mean by gradient steps only, in units of ``sigma``. With
 bootstrapped targets that is slow whenever the value starts far from the returns compared with the targets'
-spread: Acrobot's targets (reward -1 per step, 32-step rollouts) spread by ``sigma ~ 7`` around a value that
-starts at 0 while the return is -100, ~14 sigmas away; a step of Adam moves a normalised output by about its
-learning rate, and the targets bootstrap from the value (by ``gamma^k``, ~0.85 on average over a 32-step
-rollout), so each move of the value closes only ~15% of that move of the gap it sees. One Acrobot with exact
-POP kept its values at -15 to -20 for ~60k env steps (targets -27 to -32), its value loss at ~2 (0.3 without
-PopArt), and learned in 196k to over 300k env steps (seeds 1-5) where the returns normalizer learns in
-95k-151k. The returns normalizer (``--normalize_returns``, Sample Factory's), which never rescales the head, moves every
+spread: a step of Adam moves a normalised output by about its learning rate, and the targets bootstrap from
+the value, so each move of the value closes only part of that move of the gap it sees (an Acrobot example with
+its figures: docs/appendix/agents_flag_notes.md, "PopArt: following the mean"). The returns normalizer (``--normalize_returns``, Sample Factory's), which never rescales the head, moves every
 value by the move of its running mean: the value's level follows the targets' running mean for free. So with
 ``preserve_mean=False`` POP preserves the scale only: each row is multiplied by ``sigma / sigma'`` (weight and
 bias), ``sigma' n'(x) = sigma n(x)``: every value's deviation from its task's mean (what tells states apart,

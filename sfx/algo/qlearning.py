@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from sfx.algo.targets import scale_rewards  # noqa: F401 - re-exported: one definition for every agent
+from sfx.algo.targets import scale_rewards
 
 from sfx.algo.nstep import check_batch_major, check_gamma_n, n_step_targets
 

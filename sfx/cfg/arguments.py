@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from sfx.cfg.flag_types import FALSE_STRINGS, TRUE_STRINGS, add_bool_arg, device_flag, int_like, str2bool  # noqa: F401
+from sfx.cfg.flag_types import add_bool_arg, device_flag, int_like
 from sfx.cfg.sf1_compat import add_sf1_compat_args
 
 # --train_for_env_steps' and --train_for_seconds' default: no limit
@@ -18,6 +18,19 @@ TRAIN_FOREVER = 10_000_000_000
 
 def add_default_args(parser: argparse.ArgumentParser) -> None:
     """Add every flag the trainer itself understands (env families add theirs separately)."""
+    _add_experiment_flags(parser)
+    _add_sampling_flags(parser)
+    _add_learning_flags(parser)
+    _add_evaluation_flags(parser)
+    _add_wandb_flags(parser)
+    _add_pbt_flags(parser)
+    _add_model_flags(parser)
+    _add_stopping_flags(parser)
+    add_sf1_compat_args(parser)
+
+
+def _add_experiment_flags(parser: argparse.ArgumentParser) -> None:
+    """The experiment flags."""
     g = parser.add_argument_group("experiment")
     g.add_argument("--algo", default="APPO",
                    help="learning algorithm, a registered agent: APPO (asynchronous PPO / V-trace), R2D2 "
@@ -40,6 +53,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                  "fastest layout when sampling is a small share of the work, e.g. SAC on one env: nothing "
                  "preempts the learner's threads)")
 
+
+def _add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    """The sampling flags."""
     g = parser.add_argument_group("sampling")
     g.add_argument("--num_workers", type=int, default=os.cpu_count() or 1,
                    help="rollout worker processes; defaults to the number of CPU cores")
@@ -54,26 +70,21 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "processes per policy, which read the learner's published weights; learner = SEED RL's "
                         "central inference: a thread of each learner's process, on its device, acting with the "
                         "weights it trains (no publication through shared memory). Default workers: the two measured "
-                        "equal on a 2-core CPU (doom_basic, 2 x 16 envs: 4,608 and 4,612 FPS) and on an NVIDIA H200 "
-                        "with 16 cores (16 x 16 envs, batch 4096, CUDA graphs: 73,915 and 74,959; without graphs "
-                        "the learner's was 0.92 of the workers')")
+                        "equal on a CPU and on a GPU (docs/appendix/agents_flag_notes.md)")
     add_bool_arg(g, "inference_cuda_graphs", True,
                  "on a CUDA device, acting forward passes are replayed from CUDA graphs (one per batch-size "
-                 "bucket, batches padded up to it; captured at first use): launching a few hundred small kernels "
-                 "from Python is most of a forward pass's time there (NVIDIA H200, doom_basic 16 x 16 envs: 1.20x "
-                 "the FPS of eager inference). Same outputs as eager; models with a memory (TrXL) or per-task "
-                 "outputs (PopArt), and any whose forward pass cannot be captured, act eagerly. No effect on the CPU")
+                 "bucket, batches padded up to it; captured at first use). On by default: launching a few hundred "
+                 "small kernels from Python is most of a forward pass's time on a GPU. Same outputs as eager; models "
+                 "with a memory (TrXL) or per-task outputs (PopArt), and any whose forward pass cannot be captured, "
+                 "act eagerly. No effect on the CPU")
     g.add_argument("--inference_gather", default="host", choices=["host", "device"],
                    help="on a CUDA device, how a policy worker gathers a batch's observations and recurrent states "
                         "from the shared trajectory slots: host = index_select on the CPU into page-locked buffers, "
                         "then an asynchronous copy; device = the slots' memory is registered with CUDA in each policy "
                         "worker (page-locked in place, mapped) and the GPU reads the rows itself, so the worker's "
                         "process neither gathers nor copies them (falls back to host, logged, where registration or "
-                        "its check fails). Measured once on an NVIDIA H200 with 16 cores (doom_basic 16 x 16 envs, "
-                        "batch 4096, 20 s windows), four pairs: device / host 1.07, 1.01, 1.05, 1.01 (1.03 on "
-                        "average, inside the machine's drift of about a tenth between minutes), the policy worker's "
-                        "gather + copy 1.35 -> 0.41 ms per forward; host stays the default (docs/benchmarks.md). "
-                        "No effect on the CPU")
+                        "its check fails). Default host: device measured no faster beyond the machine's drift "
+                        "(docs/appendix/agents_flag_notes.md). No effect on the CPU")
     g.add_argument("--num_policies", type=int, default=1, help="policies trained together (agents map to policies)")
     g.add_argument("--rollout", type=int, default=32, help="trajectory length in agent steps sent to the learner")
     g.add_argument("--env_frameskip", type=int, default=1,
@@ -113,6 +124,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max_policy_lag", type=int, default=100,
                    help="samples collected more than this many policy versions ago are dropped")
 
+
+def _add_learning_flags(parser: argparse.ArgumentParser) -> None:
+    """The learning flags."""
     g = parser.add_argument_group("learning")
     g.add_argument("--batch_size", type=int, default=1024,
                    help="unit: samples (agent steps trained on) per minibatch, for every agent: whole trajectories "
@@ -138,16 +152,6 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--adam_beta1", type=float, default=0.9, help="Adam beta1")
     g.add_argument("--adam_beta2", type=float, default=0.999, help="Adam beta2")
     g.add_argument("--gamma", type=float, default=0.99, help="discount factor, in (0, 1]")
-    # Brain Agent's self-supervised auxiliary losses (image observations with a built-in conv/resnet encoder)
-    g.add_argument("--aux_loss_reconstruction_coeff", type=float, default=0.0,
-                   help="coefficient of the frame reconstruction loss (a decoder mirroring the encoder; MSE on frames "
-                        "scaled to [-1, 1]); 0 = off, Brain Agent: 0.01")
-    g.add_argument("--aux_loss_future_pred_coeff", type=float, default=0.0,
-                   help="coefficient of the future-frame prediction loss (the core's output rolled forward with the "
-                        "actions taken, predicting frames up to --aux_loss_future_pred_horizon steps ahead within "
-                        "the episode); 0 = off, Brain Agent: 1.0")
-    g.add_argument("--aux_loss_future_pred_horizon", type=int, default=10,
-                   help="future prediction: the farthest step predicted")
     g.add_argument("--max_grad_norm", type=float, default=4.0, help="gradient norm clip; <= 0 disables clipping")
     g.add_argument("--max_nan_batches", type=int, default=20,
                    help="minibatches in a row with NaN/inf (targets, loss or gradients) that are skipped before the "
@@ -155,6 +159,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--reward_scale", type=float, default=1.0, help="rewards are multiplied by this before clipping")
     g.add_argument("--reward_clip", type=float, default=10.0, help="scaled rewards are clipped to [-x, x]")
 
+
+def _add_evaluation_flags(parser: argparse.ArgumentParser) -> None:
+    """The evaluation during training flags."""
     g = parser.add_argument_group("evaluation during training")
     g.add_argument("--eval_every_env_steps", type=int_like, default=0,
                    help="every this many env steps (of a policy) an evaluator process plays --eval_episodes episodes "
@@ -182,6 +189,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="keep checkpoint_p{N}/best/best.pth: the weights with the highest value of this metric so far "
                         "(sfx.enjoy --load_checkpoint_kind=best plays them)")
 
+
+def _add_wandb_flags(parser: argparse.ArgumentParser) -> None:
+    """The Weights & Biases (--with_wandb) flags."""
     g = parser.add_argument_group("Weights & Biases (--with_wandb)")
     add_bool_arg(g, "with_wandb", False,
                  "log the TensorBoard scalars to Weights & Biases too (pip install wandb), as p{N}/<name> against "
@@ -198,6 +208,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="W&B mode; None = W&B's own setting (WANDB_MODE, `wandb offline`; else online). offline "
                         "writes <experiment>/wandb/offline-run-*/ for a later `wandb sync`")
 
+
+def _add_pbt_flags(parser: argparse.ArgumentParser) -> None:
+    """The population-based training (--num_policies > 1) flags."""
     g = parser.add_argument_group("population-based training (--num_policies > 1)")
     add_bool_arg(g, "with_pbt", False,
                  "population-based training: weak policies copy strong ones (weights, optimizer, hyperparameters, "
@@ -236,6 +249,9 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="members whose last publication is older than this are left out of the ranking "
                         "(crashed or waiting in a queue); they rejoin when they publish again")
 
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """The model flags."""
     g = parser.add_argument_group("model")
     add_bool_arg(g, "use_rnn", True, "recurrent core after the encoder")
     # no argparse choices: names registered with sfx.models.register_core are valid too; validate_cfg
@@ -277,15 +293,6 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                         "family's kaiming_uniform is the scale Sample Factory's encoders train from (its "
                         "orthogonal init skips its jit-scripted encoders)")
     g.add_argument("--policy_init_gain", type=float, default=1.0, help="gain of those initializations")
-    add_bool_arg(g, "actor_critic_share_weights", True,
-                 "actor and critic share one encoder and core; False = two separate networks, each with its own "
-                 "encoder and core (with an RNN the recurrent state holds both cores' states)")
-    add_bool_arg(g, "adaptive_stddev", True,
-                 "continuous (Box) actions: the stddev is an output of the action head (state-dependent); False = "
-                 "one learned stddev per action dimension, independent of the observation. Discrete actions "
-                 "ignore it")
-    g.add_argument("--initial_stddev", type=float, default=1.0,
-                   help="with --adaptive_stddev=False: the learned stddev's initial value (continuous actions only)")
     g.add_argument("--obs_scale", type=float, default=255.0, help="image observations are divided by this")
     g.add_argument("--obs_subtract_mean", type=float, default=0.0,
                    help="subtracted from integer (e.g. uint8) image observations before --obs_scale divides them: "
@@ -300,26 +307,10 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                  "several times the float32 throughput); False = full float32 for both (PyTorch's own default "
                  "leaves convolutions in TF32). No effect on the CPU")
     add_bool_arg(g, "normalize_input", True, "normalize observations with running mean and std")
-    add_bool_arg(g, "normalize_returns", True, "train the value head on normalized returns")
-    add_bool_arg(g, "popart", False,
-                 "PopArt (Hessel et al. 2019): one value output per task (an env with several tasks, e.g. "
-                 "--env=multitask or dmlab_30; one task works too), each trained on targets normalised by its "
-                 "task's running mean and stddev, the policy-gradient advantages divided by that stddev, and "
-                 "the head rescaled after every step so each value's deviation from its task's mean does not "
-                 "change (the values follow the move of the mean; --popart_preserve_mean). Replaces "
-                 "--normalize_returns")
-    g.add_argument("--popart_beta", type=float, default=3e-4,
-                   help="with --popart: step size, per trajectory (Brain Agent's rate), of each task's running mean "
-                        "and second moment of the targets: n trajectories of a task in a minibatch move them "
-                        "1-(1-beta)^n of the way; a task's first minibatch sets them, before its loss")
-    add_bool_arg(g, "popart_preserve_mean", False,
-                 "with --popart: the papers' exact output preservation, the head's unnormalised values unchanged "
-                 "by a move of the task's mean too; False: they follow it (bootstrapped values then track "
-                 "their targets' level, as with --normalize_returns: Acrobot learned in ~1.1x the env steps "
-                 "of no PopArt instead of ~1.9x)")
-    g.add_argument("--popart_clip_min", type=float, default=1e-4,
-                   help="with --popart: the per-task stddev is never below this")
 
+
+def _add_stopping_flags(parser: argparse.ArgumentParser) -> None:
+    """The stopping, checkpoints and reporting flags."""
     g = parser.add_argument_group("stopping, checkpoints and reporting")
     g.add_argument("--train_for_env_steps", type=int_like, default=TRAIN_FOREVER,
                    help="stop after this many env steps (frames); 1e9 notation accepted")
@@ -335,8 +326,6 @@ def add_default_args(parser: argparse.ArgumentParser) -> None:
                    help="seconds between TensorBoard summaries")
     g.add_argument("--report_every_sec", type=float, default=5.0, help="seconds between status lines in the log")
     g.add_argument("--stats_avg", type=int, default=100, help="episodes averaged for reported reward and length")
-
-    add_sf1_compat_args(parser)
 
 
 def add_eval_args(parser: argparse.ArgumentParser) -> None:

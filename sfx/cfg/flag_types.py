@@ -56,9 +56,10 @@ def device_flag(value: str) -> str:
     raise argparse.ArgumentTypeError(f"{value!r} is not a device; allowed: gpu (or cuda), cuda:N (GPU N), cpu")
 
 
-def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, help: str) -> None:
+def add_bool_arg(group: argparse._ActionsContainer, name: str, default: bool, help_text: str) -> None:
     """A boolean flag: ``--name=False``, ``--name false``, ``--name 0``; a bare ``--name`` means True."""
-    group.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
+    group.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL",
+                       help=help_text)
 
 
 class AcceptOnly(argparse.Action):

@@ -1,4 +1,8 @@
-"""Command line -> cfg: env family flags, resume from cfg.json, explicit-flag overrides, validation."""
+"""Command line -> cfg: env family flags, resume from cfg.json, explicit-flag overrides, validation.
+
+The parser chooses the agent (``--algo``) and the env family (``--env``) from a :class:`Catalog` its caller hands
+it (the entry points hand :data:`sfx.registries.CATALOG`, the registries'), so this package imports neither
+registry: the arrows point down (DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ import difflib
 import logging
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from sfx.cfg.arguments import add_default_args, add_eval_args
 from sfx.cfg.cfg_json import load_cfg
@@ -36,6 +41,27 @@ def register_former_default(flag: str, value: Any) -> None:
     FORMER_DEFAULTS[flag] = value
 
 
+@dataclass(frozen=True)
+class Catalog:
+    """What the parser chooses from, handed to it by the entry point.
+
+    Attributes:
+        find_agent: ``--algo`` name -> the registered agent (its ``name``, ``flag_group``, ``model_flag_group``,
+            ``add_flags``, ``add_model_flags``, ``check_flags``, ``validate``, ``validate_model_flags``,
+            ``batch_of_trajectories``); a
+            ConfigError naming the registered ones otherwise.
+        registered_agents: the registered ``--algo`` names.
+        find_family: ``--env`` name -> its env family (``prefix``, ``add_params_fn``, ``defaults_for``,
+            ``agent_defaults_for``, ``compose_fn``, ``validate_fn``); a ConfigError otherwise.
+        registered_prefixes: the registered families' prefixes.
+    """
+
+    find_agent: Callable[[str], Any]
+    registered_agents: Callable[[], list[str]]
+    find_family: Callable[[str], Any]
+    registered_prefixes: Callable[[], list[str]]
+
+
 class ArgParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are :class:`ConfigError` (one line) instead of usage + exit."""
 
@@ -60,7 +86,7 @@ def _new_parser(**kwargs: Any) -> ArgParser:
 
 
 def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] | None = None,
-                 preset: dict | None = None) -> ArgParser:
+                 preset: dict | None = None, *, catalog: Catalog) -> ArgParser:
     """The full parser: trainer flags, the env family's flags and default overrides, evaluation flags.
 
     ``env=None`` gives the parser without any family (used for ``--help`` without ``--env``).
@@ -69,54 +95,66 @@ def build_parser(env: str | None, evaluation: bool = False, argv: Sequence[str] 
     ``argv`` (the command line), else ``preset`` (a resumed cfg.json, default_cfg's overrides), else
     their defaults.
     """
-    from sfx.envs.registry import find_family  # sfx.envs imports ConfigError from this package
-
     parser = _new_parser(description="Train (or, with sfx.enjoy, evaluate) an agent; the default algorithm is "
                                      "asynchronous APPO (--algo).")
     if evaluation:
         parser.prog = "python -m sfx.enjoy"
     add_default_args(parser)
-    agent = _agent(_requested_algo(argv, preset))
+    agent = catalog.find_agent(_requested_algo(argv, preset, catalog))
     before = dict(parser._defaults)
-    agent.add_flags(parser.add_argument_group(agent.flag_group or f"{agent.name} (--algo={agent.name})"))
+    _add_agent_flags(parser, agent)
     # the agent's own values of the trainer's shared flags (its set_defaults, e.g. SAC's batch of 256): the
     # algorithm's hyperparameters, which beat an env family's defaults (tuned for the default agent, APPO)
     agent_defaults = {k: v for k, v in parser._defaults.items() if k not in before or before[k] != v}
     if env is not None:
-        family = find_family(env)
-        if family.add_params_fn is not None:
-            family.add_params_fn(parser)
-        overrides = family.defaults_for(env)
-        if family.compose_fn is not None:
-            _check_overrides(parser, family.prefix, overrides)
-            parser.set_defaults(**overrides)
-            values = _known_values(parser, [f"--env={env}"] if argv is None else argv, preset)
-            composition = family.compose_fn(values)
-            added = {family.prefix}
-            parts: dict = {}
-            for name in composition.env_names:
-                part = find_family(name)
-                if part.prefix not in added and part.add_params_fn is not None:
-                    part.add_params_fn(parser)
-                added.add(part.prefix)
-                for key, value in part.defaults_for(name).items():
-                    parts.setdefault(key, value)  # the first listed env's default holds
-            overrides = {**overrides, **parts, **composition.default_overrides}
-        _check_overrides(parser, family.prefix, overrides)
-        # the family's defaults for this agent (e.g. R2D2 settings that learn classic control) beat the agent's own
-        for_agent = family.agent_defaults_for(env, agent.name)
-        unknown = sorted(set(for_agent) - {a.dest for a in parser._actions})
-        if unknown:
-            raise ValueError(f"env family {family.prefix!r} sets --algo={agent.name} defaults of unknown flags: "
-                             f"{unknown}")
-        parser.set_defaults(**{**overrides, **agent_defaults, **for_agent})
-        _label_defaults(parser, [(overrides, f"env family {family.prefix}"), (agent_defaults, f"--algo={agent.name}"),
-                                 (for_agent, f"env family {family.prefix} for --algo={agent.name}")])
+        _add_family_flags(parser, env, agent, agent_defaults, argv, preset, catalog)
     else:
         _label_defaults(parser, [(agent_defaults, f"--algo={agent.name}")])
     if evaluation:
         add_eval_args(parser)
     return parser
+
+
+def _add_agent_flags(parser: argparse.ArgumentParser, agent: Any) -> None:
+    """The agent's own flags and its model's, each in a group of its own."""
+    agent.add_flags(parser.add_argument_group(agent.flag_group or f"{agent.name} (--algo={agent.name})"))
+    agent.add_model_flags(parser.add_argument_group(f"{agent.model_flag_group} (--algo={agent.name})"))
+
+
+def _add_family_flags(parser: argparse.ArgumentParser, env: str, agent: Any, agent_defaults: dict,
+                      argv: Sequence[str] | None, preset: dict | None, catalog: Catalog) -> None:
+    """The env family's flags and default overrides (a composite env's parts' too), then the agent's own defaults
+    and the family's defaults for that agent, over them."""
+    find_family = catalog.find_family
+    family = find_family(env)
+    if family.add_params_fn is not None:
+        family.add_params_fn(parser)
+    overrides = family.defaults_for(env)
+    if family.compose_fn is not None:
+        _check_overrides(parser, family.prefix, overrides, catalog)
+        parser.set_defaults(**overrides)
+        values = _known_values(parser, [f"--env={env}"] if argv is None else argv, preset)
+        composition = family.compose_fn(values)
+        added = {family.prefix}
+        parts: dict = {}
+        for name in composition.env_names:
+            part = find_family(name)
+            if part.prefix not in added and part.add_params_fn is not None:
+                part.add_params_fn(parser)
+            added.add(part.prefix)
+            for key, value in part.defaults_for(name).items():
+                parts.setdefault(key, value)  # the first listed env's default holds
+        overrides = {**overrides, **parts, **composition.default_overrides}
+    _check_overrides(parser, family.prefix, overrides, catalog)
+    # the family's defaults for this agent (e.g. R2D2 settings that learn classic control) beat the agent's own
+    for_agent = family.agent_defaults_for(env, agent.name)
+    unknown = sorted(set(for_agent) - {a.dest for a in parser._actions})
+    if unknown:
+        raise ValueError(f"env family {family.prefix!r} sets --algo={agent.name} defaults of unknown flags: "
+                         f"{unknown}")
+    parser.set_defaults(**{**overrides, **agent_defaults, **for_agent})
+    _label_defaults(parser, [(overrides, f"env family {family.prefix}"), (agent_defaults, f"--algo={agent.name}"),
+                             (for_agent, f"env family {family.prefix} for --algo={agent.name}")])
 
 
 def _label_defaults(parser: argparse.ArgumentParser, layers: list[tuple[dict, str]]) -> None:
@@ -129,19 +167,11 @@ def _label_defaults(parser: argparse.ArgumentParser, layers: list[tuple[dict, st
                 actions[dest].default_source = source
 
 
-def _agent(name: str) -> Any:
-    from sfx.agents.registry import find_agent  # the agents' room sits above cfg: looked up, never imported at load
-
-    return find_agent(name)
-
-
-def algo_name(name: str) -> str:
+def algo_name(name: str, names: Sequence[str]) -> str:
     """The registered agent's name that ``--algo=name`` means: the name itself, or the one it spells in
     another case (``appo`` -> ``APPO``). Else a ConfigError listing the registered ones, with the nearest
-    (any case: ``ppo`` -> ``APPO``) as a "did you mean"."""
-    from sfx.agents.registry import registered_agents  # the agents' room sits above cfg: looked up at parse time
-
-    names = registered_agents()
+    (any case: ``ppo`` -> ``APPO``) as a "did you mean". ``names``: the registered ones."""
+    names = sorted(names)
     if name in names:
         return name
     by_lower = {n.lower(): n for n in names}
@@ -152,33 +182,35 @@ def algo_name(name: str) -> str:
     raise ConfigError(f"--algo={name} is not a registered algorithm; allowed: {', '.join(names)}{hint}")
 
 
-def _requested_algo(argv: Sequence[str] | None, preset: dict | None) -> str:
+def _requested_algo(argv: Sequence[str] | None, preset: dict | None, catalog: Catalog) -> str:
     """``--algo`` of the command line, else of the saved cfg / preset, else the default agent."""
     pre = _new_parser(add_help=False)
     pre.add_argument("--algo", default=None)
     algo = pre.parse_known_args(list(argv or []))[0].algo
-    return algo_name(algo or (preset or {}).get("algo") or "APPO")
+    return algo_name(algo or (preset or {}).get("algo") or "APPO", catalog.registered_agents())
 
 
-def _other_agents_flags(parser: argparse.ArgumentParser) -> set[str]:
-    """Flags of registered agents other than the one in ``parser`` (an env family may set defaults for
-    several algorithms: those of the others are left out)."""
-    from sfx.agents.registry import registered_agents
-
-    flags: set[str] = set()
-    for name in registered_agents():
+def other_agents_flags(parser: argparse.ArgumentParser, catalog: Catalog) -> dict[str, list[str]]:
+    """Flags of registered agents (their own and their models') that ``parser`` does not have -> the agents
+    that declare them (an env family may set defaults for several algorithms: those of the others are left
+    out; a command line that gives one is told whose flag it is)."""
+    known = {a.dest for a in parser._actions}
+    owners: dict[str, list[str]] = {}
+    for name in catalog.registered_agents():
         probe = _new_parser(add_help=False)
-        _agent(name).add_flags(probe)
-        flags |= {a.dest for a in probe._actions}
-    return flags - {a.dest for a in parser._actions}
+        _add_agent_flags(probe, catalog.find_agent(name))
+        for action in probe._actions:
+            if action.dest not in known and action.dest != "help":
+                owners.setdefault(action.dest, []).append(name)
+    return owners
 
 
-def _check_overrides(parser: argparse.ArgumentParser, prefix: str, overrides: dict) -> None:
+def _check_overrides(parser: argparse.ArgumentParser, prefix: str, overrides: dict, catalog: Catalog) -> None:
     """Raises on overrides of flags no parser part knows; drops (in place) those of other algorithms."""
     known = {a.dest for a in parser._actions}
     unknown = set(overrides) - known
     if unknown:
-        others = _other_agents_flags(parser)
+        others = set(other_agents_flags(parser, catalog))
         for name in unknown & others:
             del overrides[name]
         unknown -= others
@@ -231,16 +263,29 @@ class UnknownFlagError(ConfigError):
         self.suggestions = suggestions
 
 
-def _check_unknown(parser: argparse.ArgumentParser, extras: list[str]) -> None:
+def _check_unknown(parser: argparse.ArgumentParser, extras: list[str], algo: str, catalog: Catalog) -> None:
+    """An unknown flag: a ConfigError naming the agent whose flag it is (a flag this agent would ignore is refused
+    by name, with no list kept by hand), else the nearest known flags."""
     if not extras:
         return
     first = extras[0]
+    name = first.split("=", 1)[0][2:] if first.startswith("--") else ""
+    owners = other_agents_flags(parser, catalog).get(name) if name else None
+    if owners:
+        _refuse_other_agents_flag(first if "=" in first else f"{first}={extras[1] if len(extras) > 1 else ''}",
+                                  algo, owners)
     flags = [s for a in parser._actions for s in a.option_strings]
     raise UnknownFlagError(first, difflib.get_close_matches(first.split("=", 1)[0], flags, n=3, cutoff=0.6))
 
 
+def _refuse_other_agents_flag(given: str, algo: str, owners: list[str]) -> NoReturn:
+    """``given``: ``--name=value`` as written."""
+    whose = " / ".join(f"--algo={o}" for o in owners)
+    raise ConfigError(f"{given} is not read by --algo={algo} (it would be ignored): a flag of {whose}; remove it")
+
+
 def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resume: bool = True,
-               prog: str | None = None) -> argparse.Namespace:
+               prog: str | None = None, *, catalog: Catalog) -> argparse.Namespace:
     """Parse the command line into the cfg of a training (or, with ``evaluation=True``, of sfx.enjoy).
 
     An existing ``train_dir/experiment/cfg.json`` is resumed: its values replace the defaults and
@@ -248,7 +293,8 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     be left out: the saved cfg's is played. Flags newer than the saved cfg get
     their defaults. ``cfg.explicit_args`` is the sorted list of flags given on the command line,
     ``cfg.command_line`` the command line itself. ``resume=False`` reads no saved cfg (the dummy
-    sampler: its settings are the command line's alone); ``prog`` names the command in ``--help``.
+    sampler: its settings are the command line's alone); ``prog`` names the command in ``--help``; ``catalog``:
+    the agents and env families to choose from (:data:`sfx.registries.CATALOG`).
 
     Raises:
         ConfigError: on anything wrong with the command line, the env name, the experiment folder.
@@ -270,21 +316,19 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
         pre.env = saved_env
     if pre.env is None:
         if wants_help:
-            parser = build_parser(None, evaluation, argv)  # --algo's flags, not the default agent's
+            parser = build_parser(None, evaluation, argv, catalog=catalog)  # --algo's flags, not the default's
             parser.prog = prog or parser.prog
             parser.parse_args(["--help"])  # prints help and exits
-        from sfx.envs.registry import registered_prefixes
-
         raise ConfigError(f"--env is required, e.g. --env=gym_CartPole-v1 (env families: "
-                          f"{', '.join(registered_prefixes())})")
+                          f"{', '.join(catalog.registered_prefixes())})")
 
     cfg_file = Path(pre.train_dir).expanduser() / pre.experiment / CFG_FILE
     saved = load_cfg(cfg_file) if resume and cfg_file.is_file() else None
-    parser = build_parser(pre.env, evaluation, argv, saved)
+    parser = build_parser(pre.env, evaluation, argv, saved, catalog=catalog)
     parser.prog = prog or parser.prog
     cfg, extras = parser.parse_known_args(argv)
-    _check_unknown(parser, extras)
-    cfg.algo = algo_name(cfg.algo)  # as registered, whatever the case it was typed in (cfg.json keeps that)
+    cfg.algo = algo_name(cfg.algo, catalog.registered_agents())  # as registered, whatever the case it was typed in (cfg.json keeps that)
+    _check_unknown(parser, extras, cfg.algo, catalog)
     explicit = explicit_flags(parser, argv)
 
     if saved is not None:
@@ -297,13 +341,14 @@ def parse_args(argv: Sequence[str] | None = None, evaluation: bool = False, resu
     cfg.explicit_args = sorted(explicit)
     cfg.command_line = " ".join(shlex.quote(a) for a in argv)
     place_device(cfg, "device" in explicit or "device" in ((saved or {}).get("explicit_args") or ()))
-    agent = _agent(cfg.algo)
-    check_same_algo(cfg)  # a resume with another --algo is named as such before any of the saved flags is judged
+    agent = catalog.find_agent(cfg.algo)
+    check_same_algo(cfg, explicit)  # a resume with another --algo is named before any saved flag is judged
     agent.check_flags(cfg, explicit)  # a flag the agent would ignore: refused by name, before the shared checks
     validate_cfg(cfg, evaluation=evaluation, check_paths=not evaluation or cfg.save_video,
-                 batch_of_trajectories=agent.batch_of_trajectories)
+                 batch_of_trajectories=agent.batch_of_trajectories, explicit=explicit)
     agent.validate(cfg)
-    _validate_family(cfg)
+    agent.validate_model_flags(cfg)
+    _validate_family(cfg, catalog)
     return cfg
 
 
@@ -374,31 +419,38 @@ def place_device(cfg: argparse.Namespace, asked: bool, environ: dict | None = No
     cfg.device = "gpu"
 
 
-def _validate_family(cfg: argparse.Namespace) -> None:
-    from sfx.envs.registry import find_family
-
-    family = find_family(cfg.env)
+def _validate_family(cfg: argparse.Namespace, catalog: Catalog) -> None:
+    family = catalog.find_family(cfg.env)
     if family.validate_fn is not None:
         family.validate_fn(cfg)
 
 
-def default_cfg(env: str = "gym_CartPole-v1", evaluation: bool = False, **overrides: Any) -> argparse.Namespace:
-    """The default cfg of ``env`` with ``overrides`` (for tests and notebooks).
+def default_cfg(env: str = "gym_CartPole-v1", evaluation: bool = False, *, catalog: Catalog,
+                **overrides: Any) -> argparse.Namespace:
+    """The default cfg of ``env`` with ``overrides`` (for tests and notebooks: :func:`sfx.registries.default_cfg`
+    hands the registries' catalog).
 
-    Never reads or writes an experiment folder. Unknown override names are a ConfigError (typos).
+    Never reads or writes an experiment folder. Unknown override names are a ConfigError (typos); another agent's
+    flag is refused naming that agent.
     """
-    parser = build_parser(env, evaluation, preset=overrides)
+    parser = build_parser(env, evaluation, preset=overrides, catalog=catalog)
     cfg = parser.parse_args([f"--env={env}"])
     unknown = sorted(set(overrides) - set(vars(cfg)))
+    owners = other_agents_flags(parser, catalog)
+    for name in unknown:
+        if name in owners:
+            _refuse_other_agents_flag(f"--{name}={overrides[name]}", cfg.algo, owners[name])
     if unknown:
         raise ConfigError(f"default_cfg got unknown fields {unknown}; they are not flags of --env={env}")
     for key, value in overrides.items():
         setattr(cfg, key, str(value) if key == "train_dir" else value)
     cfg.explicit_args = sorted({"env", *overrides})
     cfg.command_line = ""
-    agent = _agent(cfg.algo)
+    agent = catalog.find_agent(cfg.algo)
     agent.check_flags(cfg, overrides)
-    validate_cfg(cfg, evaluation=evaluation, check_paths=False, batch_of_trajectories=agent.batch_of_trajectories)
+    validate_cfg(cfg, evaluation=evaluation, check_paths=False, batch_of_trajectories=agent.batch_of_trajectories,
+                 explicit=cfg.explicit_args)
     agent.validate(cfg)
-    _validate_family(cfg)
+    agent.validate_model_flags(cfg)
+    _validate_family(cfg, catalog)
     return cfg

@@ -11,7 +11,7 @@ Two groups show in ``--help``:
   family, because the field they set exists only there.
 
 SF1 flags that would change what sfx does but have no implementation yet are NOT accepted: an
-unknown flag stays an error. The README section "Sample Factory 1.x command lines" lists them.
+unknown flag stays an error. docs/migrating.md ("Sample Factory 1.x command lines") lists them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sfx.cfg.flag_types import AcceptOnly, str2bool  # noqa: F401 - AcceptOnly re-exported
+from sfx.cfg.flag_types import AcceptOnly, str2bool
 from sfx.cfg.sf2_compat import add_sf2_compat_args
 
 NO_EFFECT_GROUP = "Sample Factory 1.x flags with no effect here"

@@ -7,7 +7,7 @@ import math
 import os
 import tempfile
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Collection
 
 from sfx.cfg.arguments import TRAIN_FOREVER
 from sfx.cfg.core_names import check_rnn_type
@@ -30,18 +30,34 @@ EVAL_POSITIVE_INTS = ("max_num_episodes", "max_num_frames")
 
 
 def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
-                 batch_of_trajectories: bool = True) -> None:
+                 batch_of_trajectories: bool = True, explicit: Collection[str] = ()) -> None:
     """Raise :class:`ConfigError` on the first invalid value of ``cfg``.
 
     ``check_paths`` also makes sure ``--train_dir`` exists (it is created) and is writable.
     ``batch_of_trajectories``: ``--algo``'s batches are whole trajectories (``Agent.batch_of_trajectories``, the
     parser's to say: the agents' room sits above cfg), so ``--batch_size`` must be a multiple of ``--rollout``.
+    ``explicit``: the flags given on the command line (a bare parser's cfg: none).
     One value is fitted instead of rejected: a --worker_num_splits not given on the command line
     that exceeds --num_envs_per_worker becomes --num_envs_per_worker (logged).
     """
     check_experiment_name(cfg.experiment, cfg.train_dir)
     if check_paths or evaluation:
-        check_same_algo(cfg)
+        check_same_algo(cfg, explicit)
+    _check_values(cfg)
+    _fit_default_splits(cfg, explicit)
+    _check_layout(cfg, batch_of_trajectories)
+    if cfg.with_pbt:
+        _check_pbt(cfg, check_paths)
+    if not str(cfg.experiment).strip():
+        raise ConfigError("--experiment must not be empty")
+    if evaluation:
+        _check_evaluation(cfg)
+    if check_paths:
+        check_writable_dir(cfg.train_dir, "--train_dir")
+
+
+def _check_values(cfg: Any) -> None:
+    """Each flag's own range."""
     for name in POSITIVE_INTS:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -74,14 +90,8 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
         raise ConfigError(f"--learner_main_loop_num_cores={cfg.learner_main_loop_num_cores} must be >= 0 (0 = auto)")
     if cfg.save_milestones_sec <= 0 and cfg.save_milestones_sec != -1:
         raise ConfigError(f"--save_milestones_sec={cfg.save_milestones_sec} must be > 0, or -1 for never")
-    if not 0.0 < cfg.initial_stddev < math.inf:
-        raise ConfigError(f"--initial_stddev={cfg.initial_stddev} must be a finite number > 0")
     if not math.isfinite(cfg.obs_subtract_mean):
         raise ConfigError(f"--obs_subtract_mean={cfg.obs_subtract_mean} must be a finite number")
-    if not 0.0 < cfg.popart_beta <= 1.0:
-        raise ConfigError(f"--popart_beta={cfg.popart_beta} must be in (0, 1]")
-    if not 0.0 < cfg.popart_clip_min < math.inf:
-        raise ConfigError(f"--popart_clip_min={cfg.popart_clip_min} must be a finite number > 0")
     if cfg.eval_every_env_steps < 0:
         raise ConfigError(f"--eval_every_env_steps={cfg.eval_every_env_steps} must be >= 0 (0 = no evaluator)")
     if cfg.eval_every_env_steps > 0:
@@ -98,18 +108,13 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
     if cfg.save_best_metric != "none" and cfg.eval_every_env_steps <= 0:
         raise ConfigError(f"--save_best_metric={cfg.save_best_metric} needs evaluations: set --eval_every_env_steps "
                           f"(e.g. 100000)")
-    for name in ("aux_loss_reconstruction_coeff", "aux_loss_future_pred_coeff"):
-        value = getattr(cfg, name)
-        if not (value >= 0 and math.isfinite(value)):
-            raise ConfigError(f"--{name}={value} must be a finite number >= 0 (0 = off)")
-    if cfg.aux_loss_future_pred_horizon < 1:
-        raise ConfigError(f"--aux_loss_future_pred_horizon={cfg.aux_loss_future_pred_horizon} must be >= 1")
     check_lr_schedule(cfg)
     if cfg.seed is not None and cfg.seed < 0:
         raise ConfigError(f"--seed={cfg.seed} must be >= 0 (or left out for a random run)")
 
 
-    _fit_default_splits(cfg)
+def _check_layout(cfg: Any, batch_of_trajectories: bool) -> None:
+    """Envs, splits, trajectories, batches and BPTT chunks that fit into one another."""
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
                           f"--worker_num_splits={cfg.worker_num_splits}")
@@ -118,62 +123,60 @@ def validate_cfg(cfg: Any, evaluation: bool = False, check_paths: bool = True,
     if cfg.use_rnn and cfg.rollout % cfg.recurrence != 0:
         raise ConfigError(f"--rollout={cfg.rollout} must be a multiple of --recurrence={cfg.recurrence} "
                           f"(with --use_rnn=True)")
-    if cfg.with_pbt:
-        if cfg.pbt_population_dir:
-            if cfg.num_policies != 1:
-                raise ConfigError(f"--pbt_population_dir makes this experiment one member of a population of "
-                                  f"experiments: --num_policies={cfg.num_policies} must be 1")
-            if check_paths:
-                check_writable_dir(cfg.pbt_population_dir, "--pbt_population_dir")
-            name = cfg.pbt_member_name or cfg.experiment
-            if "/" in str(name) or str(name).startswith("."):
-                raise ConfigError(f"--pbt_member_name={name!r} must be a plain folder name (no '/', not hidden)")
-            if cfg.pbt_member_stale_sec <= 0:
-                raise ConfigError(f"--pbt_member_stale_sec={cfg.pbt_member_stale_sec} must be > 0")
-        elif cfg.num_policies < 2:
-            raise ConfigError(f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2, "
-                              f"or --pbt_population_dir for PBT across experiments")
-        if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
-            raise ConfigError(f"--pbt_replace_fraction={cfg.pbt_replace_fraction} must be in (0, 0.5]")
-        if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:
-            raise ConfigError(f"--pbt_mutation_rate={cfg.pbt_mutation_rate} must be in [0, 1]")
-        if not 1.0 < cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
-            raise ConfigError(f"--pbt_perturb_min={cfg.pbt_perturb_min} and --pbt_perturb_max={cfg.pbt_perturb_max} "
-                              f"must satisfy 1 < min <= max")
-        if cfg.pbt_period_env_steps <= 0:
-            raise ConfigError(f"--pbt_period_env_steps={cfg.pbt_period_env_steps} must be > 0")
-        if cfg.pbt_start_mutation < 0:
-            raise ConfigError(f"--pbt_start_mutation={cfg.pbt_start_mutation} must be >= 0")
-        if cfg.pbt_replace_reward_gap < 0 or cfg.pbt_replace_reward_gap_absolute < 0:
-            raise ConfigError(f"--pbt_replace_reward_gap={cfg.pbt_replace_reward_gap} and "
-                              f"--pbt_replace_reward_gap_absolute={cfg.pbt_replace_reward_gap_absolute} must be >= 0")
-    if not str(cfg.experiment).strip():
-        raise ConfigError("--experiment must not be empty")
-
-    if evaluation:
-        for name in EVAL_POSITIVE_INTS:
-            value = getattr(cfg, name)
-            if value <= 0:
-                raise ConfigError(f"--{name}={value} must be a positive integer (> 0)")
-        if not 0 <= cfg.policy_index < cfg.num_policies:
-            raise ConfigError(f"--policy_index={cfg.policy_index} must be in [0, {cfg.num_policies - 1}] "
-                              f"(the experiment has --num_policies={cfg.num_policies})")
-        if cfg.fps < 0:
-            raise ConfigError(f"--fps={cfg.fps} must be >= 0 (0 = as fast as possible)")
-
-    if check_paths:
-        check_writable_dir(cfg.train_dir, "--train_dir")
 
 
-def _fit_default_splits(cfg: Any) -> None:
+def _check_pbt(cfg: Any, check_paths: bool) -> None:
+    """Population-based training's flags (with --with_pbt)."""
+    if cfg.pbt_population_dir:
+        if cfg.num_policies != 1:
+            raise ConfigError(f"--pbt_population_dir makes this experiment one member of a population of "
+                              f"experiments: --num_policies={cfg.num_policies} must be 1")
+        if check_paths:
+            check_writable_dir(cfg.pbt_population_dir, "--pbt_population_dir")
+        name = cfg.pbt_member_name or cfg.experiment
+        if "/" in str(name) or str(name).startswith("."):
+            raise ConfigError(f"--pbt_member_name={name!r} must be a plain folder name (no '/', not hidden)")
+        if cfg.pbt_member_stale_sec <= 0:
+            raise ConfigError(f"--pbt_member_stale_sec={cfg.pbt_member_stale_sec} must be > 0")
+    elif cfg.num_policies < 2:
+        raise ConfigError(f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2, "
+                          f"or --pbt_population_dir for PBT across experiments")
+    if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
+        raise ConfigError(f"--pbt_replace_fraction={cfg.pbt_replace_fraction} must be in (0, 0.5]")
+    if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:
+        raise ConfigError(f"--pbt_mutation_rate={cfg.pbt_mutation_rate} must be in [0, 1]")
+    if not 1.0 < cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
+        raise ConfigError(f"--pbt_perturb_min={cfg.pbt_perturb_min} and --pbt_perturb_max={cfg.pbt_perturb_max} "
+                          f"must satisfy 1 < min <= max")
+    if cfg.pbt_period_env_steps <= 0:
+        raise ConfigError(f"--pbt_period_env_steps={cfg.pbt_period_env_steps} must be > 0")
+    if cfg.pbt_start_mutation < 0:
+        raise ConfigError(f"--pbt_start_mutation={cfg.pbt_start_mutation} must be >= 0")
+    if cfg.pbt_replace_reward_gap < 0 or cfg.pbt_replace_reward_gap_absolute < 0:
+        raise ConfigError(f"--pbt_replace_reward_gap={cfg.pbt_replace_reward_gap} and "
+                          f"--pbt_replace_reward_gap_absolute={cfg.pbt_replace_reward_gap_absolute} must be >= 0")
+
+
+def _check_evaluation(cfg: Any) -> None:
+    """sfx.enjoy's flags."""
+    for name in EVAL_POSITIVE_INTS:
+        value = getattr(cfg, name)
+        if value <= 0:
+            raise ConfigError(f"--{name}={value} must be a positive integer (> 0)")
+    if not 0 <= cfg.policy_index < cfg.num_policies:
+        raise ConfigError(f"--policy_index={cfg.policy_index} must be in [0, {cfg.num_policies - 1}] "
+                          f"(the experiment has --num_policies={cfg.num_policies})")
+    if cfg.fps < 0:
+        raise ConfigError(f"--fps={cfg.fps} must be >= 0 (0 = as fast as possible)")
+
+
+def _fit_default_splits(cfg: Any, explicit: Collection[str]) -> None:
     """Fewer envs per worker than a --worker_num_splits nobody asked for: one split per env (in place).
 
-    Sample Factory 1.x runs ``--num_envs_per_worker=1`` with its default of two splits (the README's
-    dummy sampler line does), so a split count that did not come from this command line gives way.
+    Sample Factory 1.x runs ``--num_envs_per_worker=1`` with its default of two splits (published dummy
+    sampler lines do), so a split count that did not come from this command line gives way.
     A --worker_num_splits given on the command line is kept and checked like any other value.
     """
-    # a cfg from a bare parser (tests, notebooks) has no explicit_args: nothing counts as given
-    explicit = getattr(cfg, "explicit_args", None) or ()
     if "worker_num_splits" in explicit or not 0 < cfg.num_envs_per_worker < cfg.worker_num_splits:
         return
     log.warning("--num_envs_per_worker=%d is fewer than --worker_num_splits=%d (not given on the command line): "
@@ -215,11 +218,10 @@ def check_experiment_name(experiment: Any, train_dir: Any) -> None:
                           f"path, no '~', no '..'); to put experiments elsewhere, set --train_dir")
 
 
-def check_same_algo(cfg: Any) -> None:
+def check_same_algo(cfg: Any, explicit: Collection[str]) -> None:
     """Resuming an experiment with another ``--algo`` is one :class:`ConfigError` naming the change (the
     saved cfg's settings and checkpoints belong to the algorithm that wrote them), unless
-    ``--restart_behavior`` starts afresh."""
-    explicit = getattr(cfg, "explicit_args", None) or ()
+    ``--restart_behavior`` starts afresh. ``explicit``: the flags given on the command line."""
     if cfg.restart_behavior != "resume" and "restart_behavior" in explicit:
         return  # a saved cfg's restart_behavior does not come back to skip this check
     path = Path(cfg.train_dir).expanduser() / str(cfg.experiment) / "cfg.json"

@@ -88,7 +88,7 @@ class GraphedStep:
     def create(cls, cfg: Any, model: Any, device: torch.device, max_rows: int) -> "GraphedStep | None":
         """The graphs for ``model`` where they apply (``--inference_cuda_graphs``, a CUDA device, no memory
         core, no per-task outputs), else None."""
-        if not getattr(cfg, "inference_cuda_graphs", False) or device.type != "cuda":
+        if not cfg.inference_cuda_graphs or device.type != "cuda":
             return None
         if getattr(model, "memory_len", 0) or getattr(model, "reads_tasks", False):
             return None

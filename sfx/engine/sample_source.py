@@ -8,7 +8,7 @@ A replay store is a source too: it wraps a fresh source, keeps the copies :meth:
 already makes (``Batch.data``), samples stored trajectories by a rule, mixes them into the batch (``fresh``
 False, their ``age`` kept; ``Batch.ids`` where each is stored) and takes the priorities an agent's step returns
 (:class:`~sfx.agents.base.Stepped`) back from the learner shell (``update_priorities``). The agents' stores
-extend :class:`sfx.agents.replay_store.ReplayStore`. A store that trains on fewer fresh trajectories per
+extend :class:`sfx.agents.kit.replay_store.ReplayStore`. A store that trains on fewer fresh trajectories per
 iteration than the agent's whole batch (a replay mix's queue share) says so through
 :meth:`FreshTrajectories.take_per_iteration`, the one seam for it: no source writes another's attributes.
 Env-step counters count fresh samples only (``Batch.env_steps``).

@@ -90,7 +90,7 @@ _NOT_LEARNED = ("time", "wall", "sec", "cfg", "path", "rng")
 def run_one(name: str, overrides: dict[str, Any], train_dir: Path) -> dict[str, Any]:
     """One seeded serial training: ``{"steps": [stats of each step], "checkpoint": {path: digest}}``."""
     from sfx.agents import find_agent
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.engine import run_training
     from sfx.experiment import load_latest_checkpoint
 

@@ -14,7 +14,7 @@ SPACES = (gymnasium.spaces.Box(-1.0, 1.0, (3,)), gymnasium.spaces.Box(-2.0, 2.0,
 def sac_setup(tmp: str, rank: int, group=None):
     """One rank's cfg, agent and store; the same initial weights on every rank (the learner broadcasts them)."""
     from sfx.agents.sac import SAC
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.models.sac_model import SACModel
     from tests.agents.stubs import ListedFresh
 

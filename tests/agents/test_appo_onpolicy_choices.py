@@ -11,7 +11,8 @@ import torch
 
 from sfx.agents.appo import APPO, advantage_estimator, learning_step, make_optimizer
 from sfx.algo.policy_losses import vmpo_duals
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from tests.engine.test_learning_step import _batch, _setup
 
 STANDARD = json.dumps([{"type": "queue", "capacity": 1, "sample_ratio": 0.5},

@@ -12,7 +12,8 @@ from sfx.agents.appo import APPO, iteration_targets, minibatch_unit
 from sfx.agents.base import Batch
 from sfx.algo.distributions import make_action_distribution
 from sfx.algo.ppo import entropy_loss, ppo_policy_loss, ppo_value_loss
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from tests.engine.test_learning_step import _batch, _setup
 
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 
 STANDARD = json.dumps([{"type": "queue", "capacity": 1, "sample_ratio": 0.5},
                        {"type": "standard", "capacity": 100, "sample_ratio": 0.5}])

@@ -123,7 +123,7 @@ def test_r2d2_and_sac_take_their_adam_from_the_kit():
 
     from sfx.agents.r2d2 import R2D2
     from sfx.agents.sac import SAC
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.models.q_network import QNetwork
     from sfx.models.sac_model import SACModel
 

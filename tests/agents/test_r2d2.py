@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from sfx.agents.r2d2 import R2D2, EpsilonGreedy
-from sfx.agents.sequence_replay import PrioritizedSequences, acting_priorities
+from sfx.agents.kit.sequence_replay import PrioritizedSequences, acting_priorities
 from sfx.algo.qlearning import value_rescale, value_rescale_inverse
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.experiment import load_latest_checkpoint
 from sfx.models.q_network import QNetwork

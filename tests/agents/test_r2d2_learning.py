@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bench.r2d2 import CARTPOLE_BAR, CARTPOLE_FLAGS
-from sfx.cfg import parse_args
+from sfx.registries import parse_args
 from sfx.engine import run_training
 from tests.engine.test_learning import reached_stop_reward
 

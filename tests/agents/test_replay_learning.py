@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from bench.replay import MIXES  # the mixes the bench compares, queue only aside
 from tests.engine.test_learning import reached_stop_reward

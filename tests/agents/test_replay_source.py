@@ -9,8 +9,9 @@ import torch
 
 from sfx.agents import Batch
 from sfx.agents.appo import APPO, replay_specs
-from sfx.agents.replay import ReplayMix
-from sfx.cfg import ConfigError, default_cfg
+from sfx.agents.kit.replay_mix import ReplayMix
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 
 QUEUE_STANDARD = json.dumps([{"type": "queue", "capacity": 1, "sample_ratio": 0.5},

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from sfx.agents.base import Batch
-from sfx.agents.replay_store import ReplayRing, ReplayStore, check_replay_memory
+from sfx.agents.kit.checks import check_replay_memory
+from sfx.agents.kit.replay_store import ReplayRing, ReplayStore
 from sfx.errors import ConfigError
 from tests.agents.stubs import ListedFresh
 
@@ -144,7 +145,7 @@ def test_sac_s_replay_resumes_with_the_same_transitions_and_final_observations(t
 def test_learning_starts_has_one_name_for_every_agent_and_the_old_spelling_sets_it(tmp_path, algo, env, default):
     import json
 
-    from sfx.cfg import build_parser, parse_args
+    from sfx.registries import build_parser, parse_args
 
     base = [f"--algo={algo}", f"--env={env}", f"--train_dir={tmp_path}"]
     cfg = parse_args(base + ["--experiment=new"])

@@ -101,7 +101,7 @@ def test_sac_trains_on_the_scaled_and_clipped_rewards():
 
 
 def test_r2d2_and_sac_clip_no_reward_by_default_whatever_the_family_sets_for_appo():
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
 
     # R2D2 rescales values instead of clipping rewards; SAC's paper and SB3 do not clip: Atari's 1 and gym's 10
     # are APPO's. A command line still sets it, and a family's --reward_scale (doom's 0.01) applies to all

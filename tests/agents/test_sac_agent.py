@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from sfx.agents.sac import SAC, SquashedGaussianActing
-from sfx.agents.transition_replay import TransitionReplay, bootstrap_steps
+from sfx.agents.kit.transition_replay import TransitionReplay, bootstrap_steps
 from sfx.algo.sac import actor_loss, critic_loss
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.experiment import load_latest_checkpoint
 from sfx.models.sac_model import SACModel

@@ -17,7 +17,7 @@ runs serial with two learner threads, seed 0 takes ~5.5K env steps in ~70 s on a
 import pytest
 
 from bench.sac import INVERTED_PENDULUM_FLAGS
-from sfx.cfg import parse_args
+from sfx.registries import parse_args
 from sfx.engine import run_training
 from tests.engine.test_learning import reached_stop_reward
 

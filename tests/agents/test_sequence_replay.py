@@ -4,8 +4,8 @@ the fresh trajectories were grouped into insertion batches."""
 import gymnasium
 import torch
 
-from sfx.agents.sequence_replay import PrioritizedSequences
-from sfx.cfg import default_cfg
+from sfx.agents.kit.sequence_replay import PrioritizedSequences
+from sfx.registries import default_cfg
 from sfx.models.q_network import QNetwork
 from tests.agents.stubs import ListedFresh
 from tests.agents.test_r2d2 import _acted_trajectories

@@ -11,7 +11,8 @@ from gymnasium import spaces
 
 from sfx.agents.appo import APPO
 from sfx.algo.policy_losses import vmpo_decoupled_duals, vmpo_duals
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from tests.engine.test_learning_step import _batch, _setup
 
 PENDULUM = "gym_Pendulum-v1"

@@ -227,7 +227,7 @@ def test_bad_params_are_reported():
 
 
 def test_params_from_cfg_reads_the_cfg_fields():
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
 
     cfg = default_cfg(gamma=0.95, exploration_loss="symmetric_kl", kl_loss_coeff=0.2, vtrace_lambda=0.9)
     p = APPOParams.from_cfg(cfg)

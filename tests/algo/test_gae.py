@@ -14,11 +14,11 @@ def gae_from_paper(rewards, values, bootstrap, dones, gamma, lam):
     for b in range(B):
         for t in range(T):
             total = 0.0
-            for l in range(T - t):
-                k = t + l
+            for j in range(T - t):
+                k = t + j
                 v_next = 0.0 if dones[k, b] else (values[k + 1, b] if k + 1 < T else bootstrap[b])
                 delta = rewards[k, b] + gamma * v_next - values[k, b]
-                total += (gamma * lam) ** l * delta
+                total += (gamma * lam) ** j * delta
                 if dones[k, b]:
                     break
             adv[t, b] = total

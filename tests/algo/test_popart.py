@@ -805,7 +805,7 @@ def test_the_model_s_popart_follows_the_mean_by_default():
 
     assert PopArt(1, 3e-4, CLIP_MIN).preserve_mean is False
     # the flag: the papers' exact preservation on request, following the mean by default
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.models.heads import ValueHead
 
     assert ValueHead.from_cfg(default_cfg(env="gym_Acrobot-v1", popart=True), 8).popart.preserve_mean is False

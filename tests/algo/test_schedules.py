@@ -8,7 +8,7 @@ import math
 import pytest
 
 from sfx.algo.schedules import LR_SCHEDULES, kl_adaptive_lr, linear_lr_factor, lr_factor
-from sfx.cfg import build_parser
+from sfx.registries import build_parser
 
 
 def seed_rl_learning_rates(lr, decay_multiplier, iterations):

@@ -10,7 +10,8 @@ import torch
 
 import sfx
 from sfx import train as train_module
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import parse_args
 from sfx.cfg.api_terms import in_python_terms
 from sfx.cfg.parsing import place_device
 from tests.untrained_experiment import write_untrained_experiment

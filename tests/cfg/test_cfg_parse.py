@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from sfx.cfg import ConfigError, build_parser, default_cfg, explicit_flags, parse_args
+from sfx.cfg import ConfigError, explicit_flags
+from sfx.registries import build_parser, default_cfg, parse_args
 
 CARTPOLE = "--env=gym_CartPole-v1"
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import parse_args
 from sfx.experiment import cfg_path, save_cfg
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg, parse_args
 from sfx.cfg.validation import POSITIVE_INTS
 
 APPO_SIZES = ("num_batches_per_iteration", "ppo_epochs")  # APPO's own flags: its validation checks them

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from sfx.cfg import ConfigError, build_parser, default_cfg, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import build_parser, default_cfg, parse_args
 from sfx.cfg.sf1_compat import ALIAS_GROUP, NO_EFFECT_GROUP, AcceptOnly
 from sfx.experiment.cfg_io import save_cfg
 

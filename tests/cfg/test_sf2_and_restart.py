@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from sfx.cfg import ConfigError, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import parse_args
 
 SMALL = ["--num_workers=1", "--num_envs_per_worker=2", "--worker_num_splits=1", "--rollout=16", "--recurrence=8",
          "--batch_size=32", "--hidden_size=16", "--device=cpu", "--serial_mode=True", "--train_for_env_steps=300",

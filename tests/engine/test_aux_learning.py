@@ -10,7 +10,8 @@ import torch
 from gymnasium import spaces
 
 from sfx.algo.distributions import make_action_distribution
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine.buffers import WeightsBuffer
 from sfx.agents.appo import learning_step, make_optimizer
 from sfx.models import create_actor_critic

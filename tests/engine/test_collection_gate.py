@@ -5,7 +5,7 @@ previous step's weights collected (policy lag ~1) instead of data that waited be
 import pytest
 import torch
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.buffers import CollectionGate
 from sfx.engine.coordinator import build_component, give_back_slots, run_training
 from sfx.engine.protocol import TRAJ

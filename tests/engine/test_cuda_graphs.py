@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.buffers import WeightsBuffer
 from sfx.engine.cuda_graphs import GraphedStep, bucket_sizes, pick_bucket
 from sfx.models import create_actor_critic

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from sfx.cfg import default_cfg
-import sfx.agents.appo as learner_module
+from sfx.registries import default_cfg
+import sfx.agents.appo.learning as learner_module
 from sfx.engine import run_training
 from sfx.envs import register_env
 from sfx.envs.registry import unregister_env_family

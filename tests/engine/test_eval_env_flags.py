@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine.evaluation import check_eval_env, eval_env_overrides
 from sfx.engine.evaluator import eval_cfg, eval_env_config
 

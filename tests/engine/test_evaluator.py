@@ -12,7 +12,8 @@ import pytest
 import torch
 from PIL import Image, ImageSequence
 
-from sfx.cfg import ConfigError, default_cfg, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg, parse_args
 from sfx.engine import run_training
 from sfx.engine.buffers import WeightsBuffer
 from sfx.engine.coordinator import probe_env

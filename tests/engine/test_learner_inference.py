@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.engine.buffers import WeightsBuffer
 from sfx.engine.learner_inference import LocalWeights
@@ -50,7 +51,7 @@ def test_no_policy_worker_processes_and_the_learner_acts(tmp_path):
 
 def test_an_unknown_placement_is_refused_by_name(tmp_path):
     with pytest.raises((ConfigError, SystemExit)):
-        from sfx.cfg import parse_args
+        from sfx.registries import parse_args
 
         parse_args(["--env=gym_CartPole-v1", "--inference=gpu", f"--train_dir={tmp_path}"], resume=False)
 

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.runtime import SerialRuntime
 from sfx.engine.wiring import learner_threads, probe_env, training_components, wire
 from sfx.models import create_actor_critic

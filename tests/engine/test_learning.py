@@ -5,7 +5,7 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.experiment import summary_dir
 

@@ -13,7 +13,7 @@ from sfx.algo.gae import gae
 from sfx.algo.normalizers import RunningMeanStd
 from sfx.algo.ppo import entropy_loss, kl_loss, masked_mean, ppo_policy_loss, ppo_value_loss, symmetric_kl_loss
 from sfx.algo.vtrace import vtrace
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.coordinator import probe_env
 from sfx.agents import NonFiniteBatch
 from sfx.agents.appo import APPO, learning_step, make_optimizer, running_advantage_normalization

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from sfx.agents import Agent, find_agent, registered_agents
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine.coordinator import build_component, probe_env, wire
 from sfx.engine.queues import drain
 

@@ -6,7 +6,8 @@ import logging
 import pytest
 import torch
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.engine.mapped_slots import MappedSlots
 
@@ -17,7 +18,7 @@ def test_flag_default_choices_and_no_effect_without_cuda():
     assert default_cfg("gym_CartPole-v1").inference_gather == "host"
     assert default_cfg("gym_CartPole-v1", inference_gather="device").inference_gather == "device"
     with pytest.raises(ConfigError, match="--inference_gather: invalid choice: 'gpu'"):
-        from sfx.cfg.parsing import parse_args
+        from sfx.registries import parse_args
 
         parse_args(["--env=gym_CartPole-v1", "--inference_gather=gpu"], resume=False)
     buf = torch.zeros(4, 3, 2).share_memory_()

@@ -147,7 +147,7 @@ def test_a_task_absent_from_the_minibatch_keeps_its_statistics(tmp_path):
 
 def test_advantages_are_on_each_task_s_scale(tmp_path, monkeypatch):
     """The policy-gradient advantages get 1 / sigma of their task before the minibatch normalization."""
-    import sfx.agents.appo as learner_mod
+    import sfx.agents.appo.learning as learner_mod
 
     cfg, model = _setup(tmp_path)
     with torch.no_grad():
@@ -250,7 +250,7 @@ def test_task_ids_reach_the_learner_and_the_per_task_curves_in_a_real_training(t
     """Serial mode, two CartPole tasks at rewards x1 and x1000 (two envs each): the learner's statistics of
     the x1000 task end far above the x1 task's (so each trajectory carried its own env's task), and
     TensorBoard has both tasks' curves."""
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.engine import run_training
     from sfx.experiment import load_latest_checkpoint
     from sfx_tb import load_scalars

@@ -295,7 +295,7 @@ def test_a_rank_bound_to_its_own_gpu_by_the_launcher_uses_it():
 
 
 def test_each_rank_s_components_get_the_rank_s_device():
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.engine.wiring import rank_device
 
     info = detect_ranks(TORCHRUN_2x4_RANK5)

@@ -13,7 +13,7 @@ import psutil
 
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.coordinator import rank_cfg
 from sfx.engine.ranks import RankInfo
 from sfx.errors import ConfigError

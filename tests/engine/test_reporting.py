@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.protocol import LEARNER_READY, ROLLOUT, TRAIN
 from sfx.engine.reporting import TrainingReporter
 

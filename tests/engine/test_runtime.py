@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.runtime import ProcessRuntime, SerialRuntime
 from sfx.engine.wiring import ComponentSpec, probe_env, wire
 from sfx.models import create_actor_critic

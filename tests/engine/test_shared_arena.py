@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sfx.agents import find_agent
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine.runtime import ProcessRuntime
 from sfx.engine.shared_arena import (SCM_MAX_FD, SharedArena, arena_region_of, check_descriptors,
                                      descriptors_passed)

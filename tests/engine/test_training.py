@@ -14,7 +14,7 @@ import psutil
 import pytest
 import torch
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.engine.coordinator import build_component, give_back_slots, probe_env, wire
 from sfx.engine.queues import drain
@@ -148,7 +148,7 @@ def test_a_serial_run_acts_every_sample_with_the_weights_it_then_trains(tmp_path
     behaviour's for every sample (no ratio off 1 before the first step). A finished trajectory goes to the learner
     before the next action is asked for: the first step of each trajectory used to be acted by the weights of the
     iteration before (a lag of one iteration on 1 sample in --rollout, log-probs off by up to 3.6 on HalfCheetah)."""
-    import sfx.agents.appo as appo
+    import sfx.agents.appo.learning as appo
     from sfx.algo.distributions import make_action_distribution
 
     seen = []
@@ -181,9 +181,11 @@ def test_a_trajectory_whose_last_step_a_time_limit_cut_waits_for_its_truncation_
     last step. Episodes of exactly --rollout steps end every trajectory that way; each batch's truncation values must
     be the final observations' values under the weights that acted (serial mode: the learner's at the iteration's
     start), not what an earlier use of the slot left there."""
-    import sfx.agents.appo as appo
+    import sfx.agents.appo.learning as appo
 
-    monkeypatch.setattr(appo.APPOActingRule, "stores_final_obs", True)  # the slots keep V's input for the check
+    from sfx.agents.appo import APPOActingRule
+
+    monkeypatch.setattr(APPOActingRule, "stores_final_obs", True)  # the slots keep V's input for the check
     seen = []
     targets = appo.iteration_targets
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 from ale_py import roms
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs import make_env
 from sfx.envs.atari import ATARI_57, EpisodicLifeEnv, NoopReset, check_game
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.envs import make_env
 from sfx.envs.atari import ATARI_57

@@ -8,7 +8,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg, parse_args
 from sfx.envs import make_env
 
 STANDIN = str(Path(__file__).resolve().parent / "dmlab_standin")

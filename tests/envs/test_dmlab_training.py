@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 
 STANDIN = str(Path(__file__).resolve().parent / "dmlab_standin")

@@ -8,8 +8,9 @@ import gymnasium
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
-from sfx.cfg.parsing import parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
+from sfx.registries import parse_args
 from sfx.envs import make_env
 from sfx.envs.doom import SCENARIOS, make_doom_env
 from sfx.envs.doom.actions import DoomActions, button_groups
@@ -316,7 +317,7 @@ def test_family_defaults():
 
 
 def test_per_env_defaults_show_in_help_and_reach_cfg_json(tmp_path, capsys):
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.experiment.cfg_io import save_cfg
 
     with pytest.raises(SystemExit):

@@ -12,7 +12,8 @@ import numpy as np
 import psutil
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs import make_env
 from sfx.envs.doom.multiplayer import DoomMultiplayerEnv
 
@@ -180,7 +181,7 @@ def test_match_dies_with_its_parent(tmp_path):
     # a rollout worker killed without close(): its match must notice and take its engines with it
     script = textwrap.dedent("""
         import sys, time
-        from sfx.cfg import default_cfg
+        from sfx.registries import default_cfg
         from sfx.envs import make_env
         if __name__ == "__main__":
             env = make_env(default_cfg("doom_duel_bots"))

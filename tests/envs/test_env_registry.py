@@ -4,7 +4,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg, parse_args
 from sfx.envs import (MultiAgentEnv, SingleAgentEnvAdapter, env_seed, find_family, make_env, register_env_family,
                       registered_prefixes, unregister_env_family)
 

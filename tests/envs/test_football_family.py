@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs import find_family, make_env
 from sfx.envs.football import DEFAULT_OVERRIDES, SCENARIOS, check_scenario, observation_space
 

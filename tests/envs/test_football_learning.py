@@ -24,7 +24,7 @@ def test_academy_empty_goal_close_is_solved(tmp_path):
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.engine import run_training
     from sfx.experiment import summary_dir
 

@@ -6,7 +6,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs import SingleAgentEnvAdapter, make_env
 from sfx.envs.gym import check_gym_id
 

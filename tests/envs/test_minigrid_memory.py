@@ -30,7 +30,7 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from sfx.cfg import parse_args
+from sfx.registries import parse_args
 from sfx.engine import run_training
 from sfx.experiment import summary_dir
 

@@ -6,7 +6,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs import find_family, make_env
 from sfx.envs.mujoco import DEFAULT_OVERRIDES, MUJOCO_ENVS, mujoco_id
 

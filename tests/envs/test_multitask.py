@@ -7,7 +7,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg, parse_args
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg, parse_args
 from sfx.cfg.cfg_json import cfg_to_dict
 from sfx.envs import MultiAgentEnv, make_env, register_env_family, unregister_env_family
 from sfx.envs.multitask import (MultitaskEnv, envs_per_task, parse_env_list, parse_reward_scales, task_for,

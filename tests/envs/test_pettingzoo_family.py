@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import sfx.envs.pettingzoo as pz
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs import make_env
 from sfx.envs.pettingzoo.aec import PettingZooAECEnv
 from sfx.envs.pettingzoo.views import AgentView, shared_spaces
@@ -345,7 +346,7 @@ def test_self_play_learns_to_beat_a_random_player_from_both_sides(tmp_path):
     import contextlib
     import io
 
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.enjoy import enjoy
     from sfx.train import main
 

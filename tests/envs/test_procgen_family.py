@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.envs.procgen import PROCGEN_GAMES, PROCGEN_MODES
 
 envpool = pytest.importorskip("envpool", reason="the envpool extra is not installed (pip install -e .[envpool])")

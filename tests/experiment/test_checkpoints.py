@@ -5,7 +5,8 @@ import logging
 import pytest
 import torch
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.experiment import (checkpoint_dir, list_checkpoints, load_latest_checkpoint, save_checkpoint,
                             save_milestone)
 

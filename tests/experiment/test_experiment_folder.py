@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.experiment import (cfg_path, checkpoint_dir, done_path, experiment_dir, load_cfg, log_path, save_cfg,
                             summary_dir)
 

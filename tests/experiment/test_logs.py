@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.experiment import log_path, remove_logging, setup_logging
 
 LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[(\w+)\] (.*)$")

@@ -37,7 +37,7 @@ def test_cfg_json_records_the_code_the_packages_and_a_chosen_seed(tmp_path):
 
 
 def test_checkpoints_carry_the_random_states_and_restoring_continues_the_stream(tmp_path):
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.experiment import load_latest_checkpoint, save_checkpoint
     from sfx.experiment.provenance import restore_rng_state
 

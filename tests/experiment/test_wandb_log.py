@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.errors import ConfigError
 from sfx.experiment import wandb_log
 from sfx.experiment.wandb_log import (RUN_ID_FILE, WandbLogger, parse_wandb_tags, read_or_create_run_id,
@@ -325,7 +325,7 @@ def test_flags_parse_when_sfx_cfg_has_them():
     if not hasattr(cfg, "with_wandb"):
         pytest.skip("the --with_wandb flags are not in sfx.cfg yet")
     assert {k: getattr(cfg, k) for k in WANDB_FLAGS} == WANDB_FLAGS
-    from sfx.cfg.parsing import build_parser
+    from sfx.registries import build_parser
 
     parsed = build_parser("gym_CartPole-v1").parse_args(["--env=gym_CartPole-v1", "--with_wandb", "--wandb_tags", "a",
                                                          "b,c", "--wandb_mode=offline"])

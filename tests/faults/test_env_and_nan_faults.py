@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.envs import register_env
 from sfx.envs.registry import unregister_env_family

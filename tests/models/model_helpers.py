@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 @functools.lru_cache(maxsize=None)
 def _parsed_defaults() -> tuple:
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
 
     return tuple(vars(default_cfg()).items())
 

@@ -237,7 +237,7 @@ def test_encoder_initialization_kaiming_uniform_is_pytorchs_default_scale_and_he
 
 
 def test_initialization_flags_offer_every_scheme_init_weights_knows():
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.models.encoders import INITIALIZATIONS
     for scheme in INITIALIZATIONS:
         cfg = parse_args(["--env=gym_CartPole-v1", f"--policy_initialization={scheme}",

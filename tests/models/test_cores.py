@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 from gymnasium import spaces
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.models import Core, create_actor_critic, register_core, registered_cores, unregister_core
 from sfx.models.cores import RnnCore, make_core
 

@@ -80,7 +80,7 @@ def test_conv_weights_are_channels_last_and_publish_in_logical_order():
 def test_an_acting_model_keeps_bf16_encoder_weights_and_acts_as_the_learner_computes():
     from gymnasium import spaces
 
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
     from sfx.models import create_actor_critic
 
     c = default_cfg(env="gym_CartPole-v1", mixed_precision="bf16", hidden_size=64, rnn_type="lstm", device="cpu",
@@ -109,7 +109,7 @@ def test_an_acting_model_keeps_bf16_encoder_weights_and_acts_as_the_learner_comp
 def test_tf32_switches_both_matmul_and_convolutions_and_is_off_by_default():
     from types import SimpleNamespace
 
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
     from sfx.models.precision import apply_tf32
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32

@@ -17,7 +17,8 @@ import torch.nn as nn
 from gymnasium import spaces
 
 from sfx.algo.distributions import make_action_distribution
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.engine.buffers import WeightsBuffer
 from sfx.models import create_actor_critic, register_encoder, unregister_encoder
 
@@ -170,7 +171,7 @@ def test_initial_stddev_outside_the_distribution_range_is_refused():
     ("obs_subtract_mean=nan", "--obs_subtract_mean=nan must be a finite number"),
 ])
 def test_bad_values_are_one_config_error_line(flag, message, tmp_path):
-    from sfx.cfg import parse_args
+    from sfx.registries import parse_args
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse_args(["--env=gym_CartPole-v1", f"--train_dir={tmp_path}", f"--{flag}"], resume=False)

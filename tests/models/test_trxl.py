@@ -8,7 +8,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.models import MemoryCore, create_actor_critic
 from sfx.models.trxl import TransformerXLCore, sinusoid_embedding
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sfx.cfg import ConfigError, default_cfg
+from sfx.cfg import ConfigError
+from sfx.registries import default_cfg
 from sfx.pbt import read_members
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 from sfx.engine.coordinator import build_component, probe_env, wire
 from sfx.engine.queues import drain

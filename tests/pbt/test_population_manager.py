@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.experiment import policy_cfg_path
 from sfx.pbt import ClusterPopulationMember, PopulationManager
 

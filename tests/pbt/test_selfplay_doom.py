@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from sfx.cfg import default_cfg
+from sfx.registries import default_cfg
 from sfx.engine import run_training
 
 

@@ -30,7 +30,8 @@ def test_dry_run_expands_every_experiment(name, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", RUN_MODULES)
 def test_commands_parse_with_the_trainer(name, tmp_path):
-    from sfx.cfg import build_parser, validate_cfg
+    from sfx.cfg import validate_cfg
+    from sfx.registries import build_parser
     from sfx.envs.registry import find_family
 
     run = load_run_description(f"runs.{name}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sfx.cfg import parse_args
+from sfx.registries import parse_args
 from sfx.engine.evaluator import eval_cfg
 from sfx_runner.cli import load_run_description
 
@@ -75,7 +75,7 @@ def test_machado_protocol(tmp_path):
 def test_machado_flags_differ_from_the_atari_defaults_where_the_module_says():
     """The docstring says sfx's atari defaults give sticky actions 0.25 but the minimal action set and episodic life:
     if a default changes, this says which sentence to rewrite."""
-    from sfx.cfg import default_cfg
+    from sfx.registries import default_cfg
 
     cfg = default_cfg(env="atari_pong")
     assert (cfg.atari_sticky_actions, cfg.atari_sticky_action_prob) == (True, 0.25)
