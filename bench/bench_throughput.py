@@ -27,7 +27,7 @@ from pathlib import Path
 # Registers the bench_image_ family in this process and, because spawned worker processes import
 # the parent's main module, in the engine's workers too. SFX_EXTRA_ENV_MODULES (set for each run
 # below) is the documented way; this import keeps the bench working where that is not honoured.
-import bench.image_env  # noqa: F401,E402
+import bench.image_env  # noqa: F401
 from bench.procs import split_extra
 from bench.throughput_common import REPO_ROOT, fmt_count, format_columns, run_json_child, tail, write_result
 from bench.throughput_common import child_env as common_child_env

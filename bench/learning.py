@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             interrupted = True
             break
 
-    print(f"\nreward conversion to raw units: "
+    print("\nreward conversion to raw units: "
           + "; ".join(f"{LABELS[fw]}: {res['summary']['conversion']}" for fw, res in results.items()))
     print(f"frames: env frames with frameskip (both); seconds: since launch, start-up included; "
           f"FPS: between the first and last logged points; threshold crossing: first logged average >= "

@@ -261,7 +261,7 @@ def _axis_values(name: str, text: str, choices: Sequence[str] | None) -> list:
     if name == "env_backend":
         bad = [v for v in values if choices is not None and v not in choices]
         if choices is None:
-            raise ConfigError(f"--env_backend is not a flag of this env's family (it has one backend): leave it out")
+            raise ConfigError("--env_backend is not a flag of this env's family (it has one backend): leave it out")
         if bad:
             raise ConfigError(f"--env_backend={bad[0]} is not a backend of this env; allowed: {', '.join(choices)}")
         return list(dict.fromkeys(values))

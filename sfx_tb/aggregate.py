@@ -202,7 +202,7 @@ def normalize(scores: pd.DataFrame, normalizer: Normalizer | Mapping[str, tuple[
     if isinstance(normalizer, Mapping):
         ranges = normalizer
 
-        def normalizer(task: str, raw: float) -> float | None:  # noqa: F811 - the mapping as a function
+        def normalizer(task: str, raw: float) -> float | None:  # the mapping as a function
             if task not in ranges:
                 return None
             low, high = ranges[task]

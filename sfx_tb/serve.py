@@ -157,7 +157,7 @@ def serve(patterns: Iterable[str], root: str | os.PathLike = "train_dir", port: 
 
     previous_term = signal.getsignal(signal.SIGTERM)
 
-    def on_term(signum, frame):  # noqa: ARG001
+    def on_term(signum, frame):
         raise KeyboardInterrupt
 
     try:

@@ -298,7 +298,7 @@ def _chromium() -> str | None:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # noqa: D401 - keep pytest's output for failures
+    def log_message(self, *args):  # keep pytest's output for failures
         pass
 
 

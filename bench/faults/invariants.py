@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from bench.faults.inject import Injected, Sweep
+from bench.faults.inject import Sweep
 
 LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[([^\]]+)\] (.*)$")
 RESUMED = re.compile(r"policy (\d+) resumed at train step (\d+), (\d+) env steps")

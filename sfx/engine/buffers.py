@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from sfx.agents.base import FieldSpec, tree_map
+from sfx.agents.base import FieldSpec, tree_map  # noqa: F401 - tree_map re-exported (the rollout worker, tests)
 from sfx.engine.shared_arena import SharedArena
 
 

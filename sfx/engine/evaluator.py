@@ -280,6 +280,6 @@ class Evaluator(Component):
         for env in self.envs:
             try:
                 env.close()
-            except Exception:  # noqa: BLE001 - closing must not hide the real shutdown
+            except Exception:  # closing must not hide the real shutdown
                 log.exception("evaluator env close failed")
         self.envs = []

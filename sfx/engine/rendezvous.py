@@ -21,7 +21,6 @@ import datetime
 import json
 import logging
 import os
-import time
 from typing import Any, Mapping
 
 from sfx.errors import ConfigError

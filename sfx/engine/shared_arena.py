@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import faster_fifo
 import torch
-import torch.multiprocessing  # noqa: F401 - registers torch's reducers first: ours wraps them
+import torch.multiprocessing  # registers torch's reducers first: ours wraps them
 from multiprocessing import reduction
 
 from sfx.errors import ConfigError

@@ -14,7 +14,7 @@ from sfx.models.heads import ActionParamsHead, ValueHead
 from sfx.models.preprocess import ObsPreprocessor
 from sfx.models.registry import register_encoder, registered_encoders, unregister_encoder
 from sfx.models.trunk import Trunk, make_trunk
-import sfx.models.trxl  # noqa: F401, E402 - registers --rnn_type=trxl
+import sfx.models.trxl  # noqa: F401 - registers --rnn_type=trxl
 
 __all__ = ["ActionParamsHead", "ActorCritic", "Core", "CoreStep", "MemoryCore", "ObsPreprocessor", "Trunk",
            "ValueHead", "create_actor_critic", "make_trunk", "register_core", "register_encoder",

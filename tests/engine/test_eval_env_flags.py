@@ -86,7 +86,7 @@ def test_values_the_family_refuses_are_refused_at_start(tmp_path):
 def _procgen():
     envpool = pytest.importorskip("envpool", reason="the envpool extra is not installed (pip install -e .[envpool])")
     try:
-        import envpool.procgen  # noqa: F401
+        import envpool.procgen
     except ImportError as e:  # no Qt 5 runtime
         pytest.skip(f"EnvPool's Procgen cannot load ({e}); run scripts/install_qt5.sh")
     return envpool

@@ -9,7 +9,6 @@ import torch
 from sfx.registries import default_cfg
 from sfx.engine.runtime import SerialRuntime
 from sfx.engine.wiring import learner_threads, probe_env, training_components, wire
-from sfx.models import create_actor_critic
 
 CORES = len(os.sched_getaffinity(0))
 

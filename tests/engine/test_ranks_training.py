@@ -124,7 +124,7 @@ def test_kill_9_of_rank_1_ends_every_rank_and_the_same_command_resumes(tmp_path)
     done = subprocess.run(_ranks_cmd(tmp_path, last + 20_000), cwd=REPO, capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     log = (tmp_path / "killed" / "sf_log.txt").read_text()
-    assert f"resumed at train step" in log and f"{last} env steps" in log
+    assert "resumed at train step" in log and f"{last} env steps" in log
     assert _checkpoint_steps(ckpt_dir)[-1] >= last + 20_000
 
 

@@ -13,7 +13,7 @@ from sfx.agents.appo import APPOActingRule
 from sfx.cfg import ConfigError
 from sfx.registries import default_cfg
 from sfx.engine.buffers import allocate_agent_buffers, allocate_trajectory_buffers, tree_map
-from sfx.engine.resources import check_shared_memory, ensure_open_file_limit, process_rss_mb, trajectory_buffer_bytes
+from sfx.engine.resources import check_shared_memory, process_rss_mb, trajectory_buffer_bytes
 
 
 APPO_FIELDS = APPOActingRule(gym.spaces.Discrete(7)).fields  # log-probs, 7 logits, values, truncation values

@@ -9,7 +9,7 @@ import pytest
 envpool = pytest.importorskip("envpool", reason="the envpool extra is not installed (pip install -e .[envpool])")
 
 from sfx.cfg import ConfigError  # noqa: E402
-from sfx.registries import default_cfg
+from sfx.registries import default_cfg  # noqa: E402
 from sfx.envs import make_env  # noqa: E402
 from sfx.envs.atari import atari_options  # noqa: E402
 from sfx.envs.envpool.vector import EnvPoolVector  # noqa: E402

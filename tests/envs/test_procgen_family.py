@@ -12,7 +12,7 @@ from sfx.envs.procgen import PROCGEN_GAMES, PROCGEN_MODES
 
 envpool = pytest.importorskip("envpool", reason="the envpool extra is not installed (pip install -e .[envpool])")
 try:
-    import envpool.procgen  # noqa: F401
+    import envpool.procgen
 except ImportError as e:  # no Qt 5 runtime: scripts/install_qt5.sh installs it where it can
     pytest.skip(f"EnvPool's Procgen cannot load ({e}); run scripts/install_qt5.sh", allow_module_level=True)
 

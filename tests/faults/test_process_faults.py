@@ -344,7 +344,7 @@ def test_killed_coordinator_leaves_no_orphans_and_resumes(coordinator_faults):
 def test_sigterm_checkpoints_and_the_same_command_finishes(coordinator_faults):
     *_, rc_term, err_term, term_steps, third, rc3, err3, shm_before = coordinator_faults
     assert rc_term == 130 and "SIGTERM received: stopping, saving a final checkpoint" in err_term
-    assert f"resumed at train step" in err3 and f"{term_steps} env steps" in err3
+    assert "resumed at train step" in err3 and f"{term_steps} env steps" in err3
     check_finished(third, rc3, err3)
     assert shm_segments() <= shm_before
 

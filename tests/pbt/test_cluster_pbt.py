@@ -2,7 +2,6 @@
 in separate processes where the bad member copies the good one (slow)."""
 
 import json
-import os
 import subprocess
 import sys
 import time

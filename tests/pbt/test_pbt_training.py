@@ -187,7 +187,7 @@ def test_pbt_run_writes_policy_configs_and_a_resume_restores_them(envs, tmp_path
     log_text = (tmp_path / "p" / "sf_log.txt").read_text()
     assert re.search(r"policy 1 uses its saved PBT hyperparameters .*'learning_rate': " +
                      re.escape(repr(saved[1]["params"]["learning_rate"])), log_text)
-    assert f"PBT: policy 1 resumed with" in log_text
+    assert "PBT: policy 1 resumed with" in log_text
     again = json.loads((tmp_path / "p" / "policy_01_cfg.json").read_text())
     assert again["params"] == saved[1]["params"]
 

@@ -554,7 +554,7 @@ def test_gpu_slots_hand_out_one_gpu_per_rank():
 
 @pytest.mark.slow
 def test_an_experiment_as_two_ranks_through_the_runner(tmp_path):
-    run_file = write_run(tmp_path, f"""
+    run_file = write_run(tmp_path, """
         RUN_DESCRIPTION = RunDescription("ranks", [
             Experiment("cartpole", "python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_envs_per_worker=4 "
                                    "--device=cpu --hidden_size=64 --use_rnn=False --train_for_env_steps=20000",
@@ -574,7 +574,7 @@ def test_a_killed_rank_is_started_again_by_the_runner_and_every_rank_resumes(tmp
     they resume from rank 0's last checkpoint and the experiment finishes."""
     import psutil
 
-    run_file = write_run(tmp_path, f"""
+    run_file = write_run(tmp_path, """
         RUN_DESCRIPTION = RunDescription("ranks", [
             Experiment("cartpole", "python -m sfx.train --env=gym_CartPole-v1 --num_workers=1 --num_envs_per_worker=4 "
                                    "--device=cpu --hidden_size=64 --use_rnn=False --train_for_env_steps=150000 "
@@ -618,7 +618,7 @@ def test_a_killed_learner_is_restarted_by_the_runner_and_resumes_from_its_checkp
     the newest checkpoint there was: no env step lost beyond it, none counted twice, the restart recorded."""
     import psutil
 
-    run_file = write_run(tmp_path, f"""
+    run_file = write_run(tmp_path, """
         RUN_DESCRIPTION = RunDescription("learner", [
             Experiment("cartpole", "python -m sfx.train --env=gym_CartPole-v1 --num_workers=2 --num_envs_per_worker=4 "
                                    "--device=cpu --hidden_size=64 --use_rnn=False --train_for_env_steps=120000 "

@@ -52,7 +52,7 @@ _experiments = [
 
 
 RUN_DESCRIPTION = RunDescription('doom_basic_envs_appo', experiments=_experiments)
-"""  # noqa: E501 (published text)
+"""
 README_ENVS = ["doom_my_way_home", "doom_deadly_corridor", "doom_defend_the_center", "doom_defend_the_line",
                "doom_health_gathering", "doom_health_gathering_supreme"]
 BASIC_CMD = ("--train_for_env_steps=500000000 --algo=APPO --env_frameskip=4 --use_rnn=True --num_workers=36 "
@@ -81,7 +81,7 @@ _experiments = [
 RUN_DESCRIPTION = RunDescription(
     "doom_battle2_appo_v1.119.0_fs4", experiments=_experiments
 )
-"""  # noqa: E501
+"""
 
 # runner/runs/paper_doom_battle_appo_pbt.py: an empty grid = one experiment, the cmd as is
 PAPER_BATTLE_PBT = """
@@ -101,7 +101,7 @@ _experiments = [
 RUN_DESCRIPTION = RunDescription(
     "paper_doom_battle_appo_pbt_v98_fs4", experiments=_experiments
 )
-"""  # noqa: E501
+"""
 
 # runner/runs/paper_doom_duel_pbt.py: ppo_epochs set in the cmd and in the grid, to the same value
 PAPER_DUEL_PBT = """
@@ -120,7 +120,7 @@ _experiment = Experiment(
 )
 
 RUN_DESCRIPTION = RunDescription("paper_doom_duel_v100_fs2", experiments=[_experiment])
-"""  # noqa: E501
+"""
 
 # runner/runs/paper_doom_bots_pbt.py: environment variables as the 4th argument
 PAPER_BOTS_PBT = """
@@ -142,7 +142,7 @@ _experiments = [
 ]
 
 RUN_DESCRIPTION = RunDescription("doom_bots_v100_pbt", experiments=_experiments)
-"""  # noqa: E501
+"""
 
 # runner/runs/doom_freedm.py: SF's early launch settings in the RunDescription (its cmd is pre-1.0:
 # --macro_batch; the runner does not parse the cmd's flags)
@@ -169,7 +169,7 @@ RUN_DESCRIPTION = RunDescription(
     experiments_per_gpu=-1,
     max_parallel=1,
 )
-"""  # noqa: E501
+"""
 
 # runner/runs/doom_basic.py: the cmd names its experiment; SF1's runner appended its own --experiment after it
 DOOM_BASIC = """
@@ -184,7 +184,7 @@ _experiment = Experiment(
 )
 
 RUN_DESCRIPTION = RunDescription("doom_basic", experiments=[_experiment])
-"""  # noqa: E501
+"""
 
 # runner/runs/mujoco_hopper.py: a 20-parameter grid of one value each, bools as strings
 MUJOCO_HOPPER = """
@@ -222,7 +222,7 @@ _experiment = Experiment(
 )
 
 RUN_DESCRIPTION = RunDescription("mujoco_hopper_v94", experiments=[_experiment])
-"""  # noqa: E501
+"""
 
 
 def write_module(folder: Path, dotted: str, source: str) -> Path:
