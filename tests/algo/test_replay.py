@@ -9,11 +9,9 @@ import pytest
 import torch
 
 from sfx.algo.replay import (
-    BufferSpec,
     annealed_lambda,
     attentive_distance,
     attentive_sample,
-    batch_composition,
     candidate_count,
     candidate_indices,
     cos_distance,
@@ -24,11 +22,10 @@ from sfx.algo.replay import (
     insertion_candidates,
     kl_div_distance,
     ln_norm_distance,
-    needs_features,
-    parse_replay_parameters,
     ring_index,
     uniform_sample,
 )
+from sfx.algo.replay_parameters import BufferSpec, batch_composition, needs_features, parse_replay_parameters
 from sfx.errors import ConfigError
 
 PLATFORM_DEFAULT = ('[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '

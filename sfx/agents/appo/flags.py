@@ -310,7 +310,7 @@ def _validate_numbers(cfg: Any) -> None:
 def _validate_replay(cfg: Any) -> None:
     specs = replay_specs(cfg)
     if specs:
-        from sfx.algo.replay import batch_composition
+        from sfx.algo.replay_parameters import batch_composition
 
         # every buffer's share of a batch must be whole (the platform's rule): a ConfigError naming it now
         batch_composition(specs, trajectories_per_iteration(cfg))
@@ -338,7 +338,7 @@ def replay_specs(cfg: Any) -> tuple:
     """``--replay_parameters`` parsed (``()`` without replay); ConfigError naming a bad entry."""
     if not cfg.replay_parameters:
         return ()
-    from sfx.algo.replay import parse_replay_parameters  # only runs with replay on
+    from sfx.algo.replay_parameters import parse_replay_parameters  # only runs with replay on
 
     return tuple(parse_replay_parameters(cfg.replay_parameters))
 

@@ -1,5 +1,5 @@
 """Experience replay as a sample source: each iteration's batch mixed from several buffers, in the V-trace
-replay platform's ``--replay_parameters`` format (``sfx.algo.replay.parse_replay_parameters``).
+replay platform's ``--replay_parameters`` format (``sfx.algo.replay_parameters.parse_replay_parameters``).
 
 A ``queue`` entry is the fresh on-policy stream; a ``standard`` buffer keeps the last ``capacity``
 trajectories (a ring) and is sampled uniformly; a ``custom`` buffer samples by the distance between the
@@ -23,6 +23,7 @@ import torch
 from sfx.agents.base import Batch, tree_map
 from sfx.agents.kit.replay_store import ReplayRing, ReplayStore
 from sfx.algo import replay as rules
+from sfx.algo.replay_parameters import batch_composition
 
 # custom buffers anneal their candidate multiplier to 1 over this many samples (the platform's
 # lr_scheduler_steps default, in learner iterations: sfx's --lr_schedule counts env steps) times alfa_annealing_factor
@@ -86,7 +87,7 @@ class ReplayMix(ReplayStore):
     Args:
         fresh: the engine's fresh source (``add`` / ``ready`` / ``next_batch``, and ``take_per_iteration``: told
             how many fresh trajectories a batch takes).
-        specs: the parsed buffers (``rules.parse_replay_parameters``).
+        specs: the parsed buffers (``parse_replay_parameters``).
         per_iteration: () -> trajectories per batch (the agent's ``trajectories_per_iteration``).
         device: the learner's device.
         features: ``data -> [n, T, F]`` the current weights' features of stored trajectories (custom buffers).
@@ -114,7 +115,7 @@ class ReplayMix(ReplayStore):
     def _composition(self) -> list[int]:
         # the batch size was checked at start (every share whole); PBT may change it since: the remainder
         # then goes to the fresh stream
-        return rules.batch_composition(self.specs, self.per_iteration(), remainder="to_queue")
+        return batch_composition(self.specs, self.per_iteration(), remainder="to_queue")
 
     def _fresh_per_iteration(self) -> int:
         """Fresh trajectories per batch: the queue's share; without a queue, a whole batch's worth (they go
