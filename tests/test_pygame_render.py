@@ -70,7 +70,7 @@ def test_pettingzoo_renders_frames_with_pygame():
 def test_minigrid_and_classic_control_open_a_pygame_window():
     """``render_mode='human'`` draws into a pygame window (SDL's dummy video driver: no display needed)."""
     pytest.importorskip("minigrid")
-    code = ("from sfx.cfg import parse_args\nfrom sfx.envs import make_env\n"
+    code = ("from sfx.registries import parse_args\nfrom sfx.envs import make_env\n"
             "import pygame\n"
             "for name in ('minigrid_Empty-5x5', 'gym_CartPole-v1'):\n"
             "    env = make_env(parse_args(['--env=' + name]), render_mode='human')\n"
