@@ -272,8 +272,8 @@ def _check_unknown(parser: argparse.ArgumentParser, extras: list[str], algo: str
     name = first.split("=", 1)[0][2:] if first.startswith("--") else ""
     owners = other_agents_flags(parser, catalog).get(name) if name else None
     if owners:
-        _refuse_other_agents_flag(first if "=" in first else f"{first}={extras[1] if len(extras) > 1 else ''}",
-                                  algo, owners)
+        value = extras[1] if "=" not in first and len(extras) > 1 and not extras[1].startswith("-") else None
+        _refuse_other_agents_flag(first if value is None else f"{first}={value}", algo, owners)
     flags = [s for a in parser._actions for s in a.option_strings]
     raise UnknownFlagError(first, difflib.get_close_matches(first.split("=", 1)[0], flags, n=3, cutoff=0.6))
 

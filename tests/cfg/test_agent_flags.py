@@ -38,6 +38,17 @@ def test_a_flag_the_agent_would_ignore_is_refused_by_name(tmp_path, algo, env, f
         default_cfg(env, algo=algo, **{name: default_cfg(env, algo=algo).__dict__.get(name, value)})
 
 
+def test_another_agent_s_flag_is_named_as_such_in_each_spelling(tmp_path):
+    for given, shown in ((["--popart", "True"], "--popart=True"), (["--popart"], "--popart"),
+                         (["--popart", "--gamma=0.9"], "--popart")):
+        with pytest.raises(ConfigError) as e:
+            _parse(tmp_path, "--algo=R2D2", "--env=gym_CartPole-v1", *given)
+        assert str(e.value).startswith(f"{shown} is not read by --algo=R2D2 (it would be ignored): a flag of "
+                                       f"--algo=APPO"), str(e.value)
+    with pytest.raises(ConfigError, match=r"unrecognized argument '--popartt=True' \(did you mean --popart, "):
+        _parse(tmp_path, "--env=gym_CartPole-v1", "--popartt=True")
+
+
 def test_the_flags_the_agent_reads_and_appo_s_own_pass(tmp_path):
     assert _parse(tmp_path, "--algo=SAC", "--env=gym_Pendulum-v1", "--use_rnn=False", "--actor_learning_rate=1e-3",
                   "--hidden_size=64", "--gamma=0.98").actor_learning_rate == 1e-3
