@@ -1,4 +1,7 @@
-"""Agents: one file per learning algorithm, each an :class:`Agent` registered under its ``--algo`` name.
+"""Agents: one folder per learning algorithm (``appo/``, ``r2d2/``, ``sac/``, ``dummy/``: ``flags.py``,
+``acting.py``, ``learning.py``, ``agent.py``), each an :class:`Agent` registered under its ``--algo`` name, and
+``kit/`` beside them (replay stores, named optimizers, the gradient step, shared checks). A template of your own:
+``sfx_examples/train_custom_agent.py``.
 
 An agent declares its model, its acting rule and the per-step fields the trajectory slots store for it,
 how many fresh trajectories make an iteration, its training step, what a checkpoint holds beside the
