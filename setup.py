@@ -77,7 +77,8 @@ setup(
         "test": ["pytest", "pytest-timeout", "pygame-ce>=2.4.0",
                  "mkdocs==1.6.1", "mkdocs-material==9.7.6", "mkdocstrings[python]==1.0.8",
                  "vizdoom>=1.3", "ale-py>=0.9", "mujoco>=3.0", "opencv-python-headless", "minigrid>=2.3",
-                 "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy", "envpool>=1.2.5"],
+                 "wandb>=0.19.10", "onnx>=1.14", "onnxruntime>=1.16", "pettingzoo>=1.27", "scipy", "envpool>=1.2.5",
+                 "ruff==0.17.6"],  # pinned: a new ruff may add findings to a rule set, and tests/test_ruff.py runs it
     },
     classifiers=[
         "Programming Language :: Python :: 3",

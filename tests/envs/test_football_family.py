@@ -24,7 +24,9 @@ SCENARIO = "football_academy_empty_goal_close"
 
 
 def _env(name: str = SCENARIO, **flags):
-    return make_env(default_cfg(name, **flags), {"worker_index": 0, "vector_index": 0, "env_id": 0})
+    """gfootball's own env (the Python backend; EnvPool's has tests/envs/test_football_envpool.py)."""
+    return make_env(default_cfg(name, env_backend="python", **flags), {"worker_index": 0, "vector_index": 0,
+                                                                       "env_id": 0})
 
 
 # -- without the engine ---------------------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ def test_a_missing_gfootball_is_one_line_naming_the_install_script(tmp_path):
     r = subprocess.run([sys.executable, "-c",
                         "import sys; sys.modules['gfootball_engine'] = None\n"
                         "from sfx.train import main\n"
-                        f"sys.exit(main(['--env={SCENARIO}', '--experiment=x', '--train_dir={tmp_path}']))"],
+                        f"sys.exit(main(['--env={SCENARIO}', '--env_backend=python', '--experiment=x', '--train_dir={tmp_path}']))"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr
     # checked where the first env is made (so command lines parse without gfootball): after the run's first log lines
@@ -214,8 +216,8 @@ def test_several_left_players_are_agents_with_their_own_views_and_actions():
 @needs_engine
 def test_short_training_through_the_trainer(tmp_path):
     """python -m sfx.train on an academy scenario with two small workers exits 0 and leaves a checkpoint."""
-    r = subprocess.run([sys.executable, "-m", "sfx.train", f"--env={SCENARIO}", "--experiment=fb",
-                        f"--train_dir={tmp_path}", "--device=cpu", "--num_workers=2", "--num_envs_per_worker=2",
+    r = subprocess.run([sys.executable, "-m", "sfx.train", f"--env={SCENARIO}", "--env_backend=python",
+                        "--experiment=fb", f"--train_dir={tmp_path}", "--device=cpu", "--num_workers=2", "--num_envs_per_worker=2",
                         "--worker_num_splits=2", "--rollout=32", "--recurrence=32", "--batch_size=128",
                         "--train_for_env_steps=1024", "--seed=1", "--hidden_size=64"],
                        capture_output=True, text=True, timeout=280)

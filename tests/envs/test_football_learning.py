@@ -29,7 +29,7 @@ def test_academy_empty_goal_close_is_solved(tmp_path):
     from sfx.experiment import summary_dir
 
     cfg = default_cfg("football_academy_empty_goal_close", experiment="fb", train_dir=str(tmp_path), device="cpu",
-                      football_representation="simple115v2", num_workers=2, num_envs_per_worker=4,
+                      env_backend="python", football_representation="simple115v2", num_workers=2, num_envs_per_worker=4,
                       worker_num_splits=2, rollout=32, recurrence=32, batch_size=256, hidden_size=64, use_rnn=False,
                       learning_rate=0.001, seed=1, train_for_env_steps=80_000, train_for_seconds=2000,
                       experiment_summaries_interval=5)
@@ -62,7 +62,7 @@ def test_enjoy_saves_a_video_without_a_screen(tmp_path, display):
     train = [sys.executable, "-m", "sfx.train", "--env=football_academy_empty_goal_close", "--experiment=v",
              f"--train_dir={tmp_path}", "--device=cpu", "--num_workers=1", "--num_envs_per_worker=2",
              "--worker_num_splits=1", "--rollout=16", "--recurrence=16", "--batch_size=32", "--hidden_size=32",
-             "--football_representation=simple115v2", "--train_for_env_steps=64", "--seed=1"]
+             "--env_backend=python", "--football_representation=simple115v2", "--train_for_env_steps=64", "--seed=1"]
     assert subprocess.run(train, capture_output=True, text=True, timeout=300).returncode == 0
     enjoy = [sys.executable, "-m", "sfx.enjoy", "--env=football_academy_empty_goal_close", "--experiment=v",
              f"--train_dir={tmp_path}", "--device=cpu", "--save_video", "--max_num_episodes=1",

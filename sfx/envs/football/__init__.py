@@ -16,8 +16,11 @@ Multi-agent: ``--football_left_players=N`` controls N left-team players, each an
 own observation (its player marked as the active one) and its own action; the built-in AI plays the
 rest. See :class:`FootballEnv` for rewards, episode ends and seeding.
 
-gfootball compiles a C++ engine: ``scripts/install_football.sh`` installs it (the ``football`` extra's
-install step); without it a ``football_`` env is a one-line error naming that script.
+Backends (``--env_backend``): ``envpool`` (the default) steps the engine in EnvPool's C++ threads, installed from
+PyPI with no build (:mod:`sfx.envs.football.on_envpool`: the stacked maps, the scoring reward, one player);
+``python`` runs gfootball's own Python package, which compiles a C++ engine (``scripts/install_football.sh``,
+the ``football`` extra's install step; without it that backend is a one-line error naming the script) and
+serves everything below.
 Rendering (``sfx.enjoy --save_video``) uses the engine's OpenGL view: without ``DISPLAY`` it renders
 off-screen through EGL (Mesa's llvmpipe without a GPU; dark frames), under ``xvfb-run`` through GLX (the
 game's colours); see docs/environments/football.md.
@@ -29,6 +32,7 @@ import argparse
 from typing import Any
 
 from sfx.cfg.flag_types import add_bool_arg
+from sfx.envs.envpool import add_backend_params, uses_envpool
 from sfx.envs.football.env import (REPRESENTATIONS, REWARDS, SMM_SIZES, FootballEnv, import_gfootball,
                                    observation_space)
 from sfx.envs.football.scenarios import PREFIX, SCENARIOS, Scenario, check_scenario, scenario_name
@@ -36,7 +40,7 @@ from sfx.envs.registry import env_seed, register_env_family
 from sfx.errors import ConfigError
 
 __all__ = ["DEFAULT_OVERRIDES", "FootballEnv", "PREFIX", "REPRESENTATIONS", "REWARDS", "SCENARIOS", "SMM_SIZES",
-           "Scenario", "add_football_params", "check_scenario", "import_gfootball", "make_football_env",
+           "Scenario", "add_football_params", "check_scenario", "import_gfootball", "make_football_env", "make_football_vector",
            "observation_space", "register_family", "scenario_name", "validate_football_cfg"]
 
 # SEED RL's football agent: one engine step per action, a ResNet over the SMM planes (0/255, scaled to 0/1)
@@ -52,6 +56,7 @@ DEFAULT_OVERRIDES: dict[str, Any] = {
 def add_football_params(parser: argparse.ArgumentParser) -> None:
     """The ``--football_*`` flags."""
     g = parser.add_argument_group("football_ envs (Google Research Football)")
+    add_backend_params(g, default="envpool")
     g.add_argument("--football_representation", choices=REPRESENTATIONS, default="extracted",
                    help="observation: extracted = the super mini map, 4 uint8 planes (left team, right team, ball, "
                         "active player; SEED RL's choice); simple115 / simple115v2 = gfootball's 115-float state "
@@ -100,12 +105,27 @@ def validate_football_cfg(cfg: argparse.Namespace) -> None:
         raise ConfigError(f"--football_render_width={cfg.football_render_width} must be between 64 and 3840 pixels")
     if cfg.env_frameskip < 1:
         raise ConfigError(f"--env_frameskip={cfg.env_frameskip} must be >= 1")
+    if uses_envpool(cfg):
+        from sfx.envs.football.on_envpool import football_options
+
+        football_options(cfg)
 
 
 def make_football_env(full_env_name: str, cfg: Any, env_config: dict | None = None,
-                      render_mode: str | None = None) -> FootballEnv:
-    """The env of ``full_env_name``, seeded with sfx's per-env seed on its first reset."""
+                      render_mode: str | None = None) -> Any:
+    """The env of ``full_env_name``, seeded with sfx's per-env seed on its first reset (on EnvPool: a one-env
+    pool, for the probe, the evaluator and sfx.enjoy; rollout workers step whole pools)."""
     check_scenario(full_env_name)
+    if uses_envpool(cfg):
+        if render_mode is not None:
+            raise ConfigError(f"--env={full_env_name}: rendering (sfx.enjoy --save_video) is not served by "
+                              f"--env_backend=envpool (EnvPool draws no picture of the game); use "
+                              f"--env_backend=python (gfootball built by scripts/install_football.sh)")
+        from sfx.envs.envpool.families import VectorAsEnv
+        from sfx.envs.football.on_envpool import make_football_pool
+
+        config = dict(env_config or {"worker_index": 0, "vector_index": 0, "env_id": 0})
+        return VectorAsEnv(lambda configs: make_football_pool(cfg, configs, stacked(cfg)), config)
     env = FootballEnv(scenario_name(full_env_name), representation=cfg.football_representation,
                       rewards=cfg.football_rewards, stacked=stacked(cfg), smm_size=cfg.football_smm_size,
                       left_players=cfg.football_left_players, frameskip=cfg.env_frameskip,
@@ -114,6 +134,16 @@ def make_football_env(full_env_name: str, cfg: Any, env_config: dict | None = No
     return env
 
 
+def make_football_vector(cfg: Any, env_configs: list[dict]) -> Any:
+    """The family's ``make_vector_fn``: a split's envs as one EnvPool pool, or None (the Python envs)."""
+    if not uses_envpool(cfg):
+        return None
+    from sfx.envs.football.on_envpool import make_football_pool
+
+    return make_football_pool(cfg, env_configs, stacked(cfg))
+
+
 def register_family() -> None:
     register_env_family(PREFIX, make_football_env, add_params_fn=add_football_params,
-                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_football_cfg)
+                        default_overrides=DEFAULT_OVERRIDES, validate_fn=validate_football_cfg,
+                        make_vector_fn=make_football_vector)
