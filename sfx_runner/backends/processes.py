@@ -445,7 +445,9 @@ class ProcessesBackend(Backend):
         path = log_path(spec)
         path.parent.mkdir(parents=True, exist_ok=True)
         spec.train_dir.mkdir(parents=True, exist_ok=True)
-        log = open(path, "ab")  # noqa: SIM115 - closed when the child is reaped
+        # unbuffered: a header the disk refused must not stay in a buffer that close() writes (and fails) again, which
+        # crashed the runner as it reaped the child (found by the 30-minute fault schedule)
+        log = open(path, "ab", buffering=0)  # noqa: SIM115 - closed when the child is reaped
         header = (f"===== [runner] {spec.name}: attempt {attempt}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
                   f"{f', GPU {gpu}' if gpu is not None else ''} =====\n$ {format_command(spec, argv, shown_env)}\n")
         try:
@@ -479,7 +481,10 @@ class ProcessesBackend(Backend):
             changed = True
             running.remove(child)
             if child.log is not None:
-                child.log.close()
+                try:
+                    child.log.close()
+                except OSError:  # a full disk: the child's output went to the file by itself
+                    pass
             slots.release(child.gpu)
             spec, seconds = child.spec, time.monotonic() - child.started
             if rc != 0 and not stopping and self._restart_later(spec, rc, seconds, child):

@@ -379,6 +379,38 @@ def test_a_full_disk_does_not_end_the_runner(tmp_path):
     assert "finished 00_sleeper" in out and "done: 1/1 finished" in out, out
 
 
+def test_an_experiment_started_on_a_full_disk_is_reaped_without_crashing_the_runner(tmp_path):
+    """Found by the 30-minute fault schedule: an experiment (re)started while the disk was full could not get its log
+    header written; the header stayed in the log file's buffer, and closing the file as the experiment ended raised
+    ENOSPC again: the runner crashed (a traceback out of _reap) and the sweep ended with a training unfinished."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        (disk / "full" / ".runner" / "logs").mkdir(parents=True)  # the folders exist, as on a restart
+        with open(disk / "filler", "wb", buffering=0) as f:  # full to the last page
+            for size in (65536, 4096, 1):
+                try:
+                    while True:
+                        f.write(b"\0" * size)
+                except OSError:
+                    pass
+        run_file = write_run(tmp_path, """
+            RUN_DESCRIPTION = RunDescription("full", [Experiment("sleeper", "python -c 'import time; time.sleep(1)'")])
+        """)
+        proc = subprocess.run(
+            [sys.executable, "-m", "sfx.runner.run", f"--train_dir={disk}", f"--run={run_file}", "--num_gpus=0"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    assert "could not write its log header" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and "finished 00_sleeper" in proc.stdout, proc.stdout + proc.stderr
+
+
 # children for the Ctrl+C test: each starts a grandchild in its own process group, writes its pids
 # and counts the SIGINTs it gets; "graceful" saves and exits 130, "stubborn" ignores SIGINT
 STOPPABLE = textwrap.dedent("""
