@@ -8,7 +8,8 @@ baseline cost 0.5, discount 0.99, V-trace lambda 1, no reward clipping. Its env 
 the stacked super mini map at 96x72, action repeat 1, the ``scoring`` reward unless ``scoring,checkpoints`` is
 asked for, and the easy 11 vs 11 game by default; the football_ family's defaults already give that env
 (docs/environments/football.md). The academy runs add the checkpoint reward, as the Football paper's academy
-experiments do. Needs gfootball: scripts/install_football.sh.
+experiments do: gfootball's own package gives that reward (``--env_backend=python``, built by
+scripts/install_football.sh); the 11 vs 11 runs use the scoring reward on the family's default backend, EnvPool.
 """
 
 from sfx_runner import Experiment, ParamGrid, RunDescription
@@ -26,7 +27,7 @@ CMD = ("python -m sfx.train --algo=APPO --with_vtrace=True --vtrace_lambda=1.0 -
        "--batch_size=800")
 
 RUN_DESCRIPTION = RunDescription("football", experiments=[
-    *[Experiment(name, f"{CMD} --env=football_{name} --football_rewards=scoring,checkpoints "
+    *[Experiment(name, f"{CMD} --env=football_{name} --env_backend=python --football_rewards=scoring,checkpoints "
                        f"--train_for_env_steps=20000000", ParamGrid([("seed", SEEDS)])) for name in ACADEMY],
     Experiment("11_vs_11_easy_stochastic", f"{CMD} --env=football_11_vs_11_easy_stochastic "
                                            f"--train_for_env_steps=500000000", ParamGrid([("seed", SEEDS)])),
