@@ -25,6 +25,7 @@ twice in a row. The agent without a core is then compared at the frames of the s
 """
 
 import shlex
+import re
 import time
 
 import pytest
@@ -75,7 +76,12 @@ def test_trxl_learns_memory_s7_that_no_core_cannot_at_equal_frames(tmp_path):
     else:
         pytest.fail(f"the TrXL line missed success {SUCCESS_BAR} within {BUDGET:,} env steps with every seed: {misses}")
     assert result["env_steps"] <= BUDGET
-    assert max(v for _, v in curve) >= SUCCESS_BAR, curve
+    # the bar as the trainer measured it: the mean reward of the policy's last 100 episodes; MiniGrid pays a
+    # reward (at most 1) only for a success, so their success rate is at least that. The summary curve's points
+    # are means over each 5-s summary window (a few dozen episodes), not that 100-episode mean: its last point
+    # was 0.86 in a run whose last 100 episodes averaged a reward of 0.91 (2026-12-02)
+    reached = re.search(r"average reward ([0-9.]+) over its last 100 episodes reached --stop_at_reward", log_text)
+    assert reached and float(reached.group(1)) >= SUCCESS_BAR, (log_text[-2000:], curve)
 
     # the same line without a core, for as many env steps as the TrXL agent took
     frames = max(result["env_steps"], 200_000)
