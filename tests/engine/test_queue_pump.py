@@ -4,6 +4,7 @@ with ``kill -9`` mid-put stays locked), then the pump around such a queue and it
 
 import multiprocessing
 import os
+import random
 import signal
 import threading
 import time
@@ -13,10 +14,17 @@ import faster_fifo
 from sfx.engine.queues import QueuePump, SwitchableQueue, make_process_queue
 
 
-def _busy_writer(q) -> None:
-    msg = ("rollout", 0, {"env_steps": 128, "episodes": [{"reward": 1.0, "len": 20}] * 8})
+def _busy_writer(q, started) -> None:
+    """Puts and takes back 100 KB messages for good, so that it is almost always inside the queue's
+    lock (copying a message in or out) and never parked on a full queue, where a kill would land
+    with the lock released."""
+    msg = b"x" * 100_000
+    q.put(msg)
+    q.get()
+    started.set()
     while True:
         q.put_many([msg] * 4)
+        q.get_many(max_messages_to_get=4)
 
 
 def _reads_within(q, seconds: float) -> bool:
@@ -33,15 +41,20 @@ def _reads_within(q, seconds: float) -> bool:
     return done.wait(seconds)
 
 
-def locked_queue(max_trials: int = 300):
-    """A real faster_fifo queue left locked: a busy writer killed with SIGKILL until one dies holding
-    the lock (about one kill in 16 on this machine)."""
+def locked_queue(max_trials: int = 200):
+    """A real faster_fifo queue left locked: a busy writer killed with SIGKILL at a random moment
+    until one dies holding the lock (more than half of the kills on this machine, 2026-12-02; the
+    first version, small messages into a queue nobody read, locked it in 1 kill of 60 here and in
+    none of 300 on CI's machine: the queue filled and the writer waited with the lock released)."""
     ctx = multiprocessing.get_context("fork")
+    rng = random.Random(0)
     for _ in range(max_trials):
-        q = faster_fifo.Queue(max_size_bytes=1024 * 1024)
-        p = ctx.Process(target=_busy_writer, args=(q,), daemon=True)
+        q = faster_fifo.Queue(max_size_bytes=8 * 1024 * 1024)
+        started = ctx.Event()
+        p = ctx.Process(target=_busy_writer, args=(q, started), daemon=True)
         p.start()
-        time.sleep(0.02)
+        assert started.wait(30), "the writer process did not start"
+        time.sleep(rng.uniform(0.001, 0.01))
         os.kill(p.pid, signal.SIGKILL)
         p.join()
         if not _reads_within(q, 0.5):
