@@ -62,7 +62,9 @@ rc_slow=0
 if [ "$rc_default" -eq 0 ]; then
     start_local_slurm
     scripts/install_chromium.sh  # the docs site's browser test (slow); it skips, saying why, without chromium
-    suite slow "slow" "$@"
+    # SFX_EXTENDED=1: the slow suite with its extended tests too (pytest.ini's "extended" marker)
+    if [ "${SFX_EXTENDED:-0}" = 1 ]; then slow_marker="slow"; else slow_marker="slow and not extended"; fi
+    suite slow "$slow_marker" "$@"
     slow_note="exit $rc_slow"
     if [ "$rc_slow" -eq 5 ]; then
         # pytest's "no tests collected": having no slow test (or a -k that selects none) is fine

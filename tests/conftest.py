@@ -18,3 +18,10 @@ def _process_env_left_as_found():
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = before
         pytest.fail(f"the test left CUDA_VISIBLE_DEVICES={after!r} (it was {before!r}); restore it (monkeypatch)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """An ``extended`` test is a slow one too: it never runs in the default suite (``-m "not slow"``)."""
+    for item in items:
+        if item.get_closest_marker("extended") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)

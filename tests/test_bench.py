@@ -92,6 +92,7 @@ def test_throughput_reports_a_missing_sample_factory_venv_as_skipped(tmp_path):
     assert grid[1].split() == ["1", "1,000", "-"] and grid[2].split() == ["2", "1,900", "-"]
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow  # each row's start-up (samplers, trainings, the overhead trio, the scaling grid): ~2-3 min on 2 cores
 def test_throughput_script_tiny_mode_measures_every_kind_of_row(tmp_path, capsys):
     """One tiny run of every kind of row: raw envs (round-robin over several per process: the raw limit row is the

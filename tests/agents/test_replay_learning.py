@@ -16,7 +16,8 @@ from tests.engine.test_learning import reached_stop_reward
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mix", ["elite", "standard"])
+# elite replay's sampling rule is tested against a plain loop in tests/algo; its learning run takes ~2.5 min
+@pytest.mark.parametrize("mix", [pytest.param("elite", marks=pytest.mark.extended), "standard"])
 def test_cartpole_reaches_400_with_replay(tmp_path, mix):
     cfg = default_cfg(env="gym_CartPole-v1", experiment=f"replay_{mix}", train_dir=str(tmp_path), num_workers=2,
                       num_envs_per_worker=8, rollout=32, batch_size=512, use_rnn=False, learning_rate=3e-4,

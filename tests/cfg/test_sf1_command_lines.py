@@ -430,7 +430,9 @@ def test_six_published_lines_train_eight_policies():
 
 
 @pytest.mark.slow  # ~15 s each on an idle 2-core machine
-@pytest.mark.parametrize("line", EIGHT_POLICY_LINES, ids=lambda x: x.id)
+# the first line in every run, the other five (the same start-up path) with SFX_EXTENDED=1
+@pytest.mark.parametrize("line", [pytest.param(x, marks=() if i == 0 else pytest.mark.extended)
+                                  for i, x in enumerate(EIGHT_POLICY_LINES)], ids=lambda x: x.id)
 def test_eight_policy_line_trains_to_its_budget(line, tmp_path):
     module, args = sfx_argv(line.cmd)
     # this machine's scale; a batch of 4 trajectories, so that a policy's first episodes train it within the budget
@@ -451,6 +453,7 @@ def test_eight_policy_line_trains_to_its_budget(line, tmp_path):
     assert max(steps) >= 1, steps
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow  # ~20 s on an idle 2-core machine
 def test_sixteen_policies_on_cartpole_start_and_all_train(tmp_path):
     argv = ["--env=gym_CartPole-v1", "--num_policies=16", "--num_workers=2", "--num_envs_per_worker=4",

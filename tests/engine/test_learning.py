@@ -90,6 +90,7 @@ def test_large_observations_learn_with_the_default_input_normalization(tmp_path)
     raise AssertionError(f"CartPole in millimetres stayed below 400 with two seeds: {results}")
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 def test_acrobot_leaves_minus_500_with_the_defaults_and_the_main_job_settings(tmp_path):
     """The issue's case: Acrobot (velocities up to 9 pi beside cosines and sines) with the README's main-job

@@ -227,6 +227,7 @@ def _train_two_scales(tmp_path, popart: bool, seed: int = 1) -> dict:
     return out
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 def test_with_popart_both_tasks_learn_without_it_the_large_one_swamps_the_small(tmp_path):
     """Each task's best 100-episode average over the run: PopArt's job is that neither task's gradient is

@@ -59,6 +59,7 @@ def test_two_ranks_learn_cartpole_with_one_checkpoint_and_equal_weights(tmp_path
     assert not (exp / "rank_1" / "checkpoint_p0").exists()  # rank 0 alone writes checkpoints
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 def test_sac_on_two_ranks_agrees_to_stop_with_equal_weights_and_one_checkpoint(tmp_path):
     """SAC's ranks: each its own replay, every gradient step the ranks' mean (tests/agents/test_sac_agent.py

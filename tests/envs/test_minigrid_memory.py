@@ -57,6 +57,7 @@ def train(argv: list[str]):
     return cfg, result, time.time() - start
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # two TrXL runs of at most 420 s, then the agent without a core
 def test_trxl_learns_memory_s7_that_no_core_cannot_at_equal_frames(tmp_path):

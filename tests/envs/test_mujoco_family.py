@@ -107,6 +107,7 @@ def test_short_serial_training_runs_the_gaussian_path(tmp_path):
     assert list((exp / "checkpoint_p0").glob("*.pth")), "no checkpoint written"
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 def test_inverted_pendulum_learns(tmp_path):
     """~35 s on 2 cores with the family defaults: random play scores ~10, the solved task 1000

@@ -341,6 +341,7 @@ def test_short_serial_training_on_tictactoe_never_takes_a_masked_action(tmp_path
 BARS = {"player_1": 0.6, "player_2": 0.0}
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # a loaded machine makes it slower, never different: no time cap on the training
 def test_self_play_learns_to_beat_a_random_player_from_both_sides(tmp_path):

@@ -195,7 +195,7 @@ def _ratios_and_kls(exp: Path) -> tuple[list[float], list[float]]:
 
 
 @pytest.mark.fault("kill -9 of a worker of a Transformer-XL run (its memory bookkeeping after the restart)")
-@pytest.mark.parametrize("component", ["policy_worker_0", "rollout_worker_0"])
+@pytest.mark.parametrize("component", ["policy_worker_0", pytest.param("rollout_worker_0", marks=pytest.mark.extended)])
 def test_transformer_xl_memory_survives_a_worker_restart(tmp_path, component):
     """The restarted policy worker answers the resent requests again (each entry lands on the same memory
     row); the restarted rollout worker starts new episodes (the memory is masked). Either way the learner
@@ -381,6 +381,7 @@ def _helper_of(run: Run, marker: str) -> psutil.Process:
                                               if marker in " ".join(c.cmdline())), None), 30)
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.fault("kill -9 of the forkserver and of the resource tracker")
 def test_killed_forkserver_and_resource_tracker_leave_the_components_running(tmp_path):
     """Every component is a child of the forkserver, whose socket alone carried their exit status: once it was

@@ -47,6 +47,7 @@ def member_cmd(tmp_path, name, lr, steps):
             "--pbt_start_mutation=10000", f"--train_for_env_steps={steps}"]
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 def test_two_experiments_form_a_population(tmp_path):
     procs = {name: subprocess.Popen(member_cmd(tmp_path, name, lr, 60_000), cwd=REPO, stdout=subprocess.PIPE,

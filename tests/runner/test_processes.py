@@ -600,6 +600,7 @@ def test_an_experiment_as_two_ranks_through_the_runner(tmp_path):
     assert "rank 1 of 2" in (spec.exp_dir / "rank_1" / "sf_log.txt").read_text()
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 def test_a_killed_rank_is_started_again_by_the_runner_and_every_rank_resumes(tmp_path):
     """kill -9 of rank 1 mid-run: torchrun (--max_restarts, from --rank_restarts) starts both ranks again,

@@ -1309,6 +1309,7 @@ def test_a_lost_rank_requeues_the_job_which_resumes_from_rank_0s_checkpoint(slur
     assert sacct(job_id)[job_id][0] == "COMPLETED"
 
 
+@pytest.mark.extended  # in ./all_tests.sh only with SFX_EXTENDED=1 (pytest.ini says why)
 @pytest.mark.slow
 def test_warning_signal_stops_every_rank_and_requeues_the_two_task_job(slurm_cluster, tmp_path):
     """The warning signal (time limit, preemption) on a 2-task job, reaching task 1 first (Slurm signals
