@@ -348,7 +348,7 @@ def run_sampler(cfg: Any) -> dict:
     setup_logging(cfg, "sampler")
     frameskip = int(cfg.env_frameskip)
     frame_budget = cfg.sample_env_frames
-    if cfg.timeout_seconds is not None and "sample_env_frames" not in getattr(cfg, "explicit_args", ()):
+    if cfg.timeout_seconds is not None and "sample_env_frames" not in cfg.explicit_args:
         frame_budget = None  # --timeout_seconds alone: sample for that long
 
     env_info = probe_env(cfg)

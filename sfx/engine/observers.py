@@ -60,7 +60,7 @@ def register_observer(name: str, factory: Callable[[Any, ObserverContext], Obser
 def check_observers_available(cfg: Any) -> None:
     """A flag whose observer was never registered would silently do nothing: say so instead."""
     for flag, (name, package) in _NEEDED_BY_FLAG.items():
-        if getattr(cfg, flag, False) and name not in _OBSERVERS:
+        if getattr(cfg, flag) and name not in _OBSERVERS:
             raise ConfigError(f"--{flag}=True needs the {name!r} observer, which `import {package}` registers "
                               f"(python -m sfx.train does); it is not loaded in this process")
 

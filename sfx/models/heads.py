@@ -113,7 +113,7 @@ class ValueHead(nn.Module):
         """Reads ``popart``, ``popart_beta``, ``popart_clip_min``, ``popart_preserve_mean`` and
         ``normalize_returns`` (PopArt replaces the returns normalizer)."""
         popart = PopArt(int(num_tasks), float(cfg.popart_beta), float(cfg.popart_clip_min),
-                        preserve_mean=bool(getattr(cfg, "popart_preserve_mean", False))) if cfg.popart else None
+                        preserve_mean=bool(cfg.popart_preserve_mean)) if cfg.popart else None
         returns = RunningMeanStd((), clip=None) if cfg.normalize_returns and popart is None else None
         return cls(in_features, popart, returns)
 

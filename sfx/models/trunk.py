@@ -80,8 +80,8 @@ class Trunk(nn.Module):
 
 def encoder_initialization(cfg: Any) -> str:
     """The built-in encoders' initialization: ``--encoder_initialization``, or ``--policy_initialization`` where
-    that says ``policy`` (or a cfg predates the flag)."""
-    scheme = getattr(cfg, "encoder_initialization", "policy") or "policy"
+    that says ``policy`` (the default; a cfg.json saved before the flag existed resumes with it)."""
+    scheme = cfg.encoder_initialization
     return cfg.policy_initialization if scheme == "policy" else scheme
 
 

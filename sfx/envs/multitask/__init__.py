@@ -216,7 +216,7 @@ def _hint(a: str, b: str, cfg: Any) -> str:
     if prefix_a != prefix_b:
         return ""
     off = [f"--{flag}={value}" for flag, value in SHARED_SPACE_DEFAULTS.get(prefix_a, {}).items()
-           if getattr(cfg, flag, value) != value]
+           if getattr(cfg, flag) != value]
     return f" (use {' '.join(off)} so every {prefix_a} env has the same spaces)" if off else ""
 
 
