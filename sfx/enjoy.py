@@ -133,21 +133,13 @@ def enjoy(cfg: Any) -> dict:
 
 
 def _enjoy(cfg: Any) -> dict:
-    from sfx.algo.distributions import action_to_env
+    from sfx.agents import find_agent
+    from sfx.agents.acting import AgentsActing
     from sfx.engine.wiring import resolve_device
     from sfx.experiment import experiment_dir, load_policy_checkpoint
     from sfx.experiment.results import write_results
-    from sfx.agents import find_agent
-    from sfx.agents.acting import AgentsActing
-    from sfx.models.obs import stack_obs
 
     policy_id = int(cfg.policy_index)
-    max_episodes = int(cfg.max_num_episodes)
-    max_frames = int(cfg.max_num_frames)
-    deterministic = bool(cfg.deterministic)
-    save_video = bool(cfg.save_video)
-    no_render = bool(cfg.no_render)
-
     # the checkpoint is checked before the env is made: a missing one is the common mistake and
     # some envs are slow to start
     checkpoint, checkpoint_file = load_policy_checkpoint(cfg, policy_id)
@@ -155,83 +147,31 @@ def _enjoy(cfg: Any) -> dict:
         print(f"playing the best checkpoint: {checkpoint['metric']} {checkpoint['value']:.3f} at "
               f"{checkpoint['env_steps']:,} env steps", flush=True)
 
-    render_mode = "rgb_array" if save_video else (None if no_render else "human")
+    render_mode = "rgb_array" if cfg.save_video else (None if cfg.no_render else "human")
     env = _make_env(cfg, render_mode)
     video = None
     try:
         device = resolve_device(cfg, warn=True)
         agent = find_agent(cfg.algo)
-        model = agent.make_model(cfg, env.observation_space, env.action_space,
-                                 max(1, len(getattr(env, "task_names", None) or ())))
-        model.load_state_dict(checkpoint["model"])
-        model.to(device).for_inference()
-        action_space = env.action_space
-        num_agents = env.num_agents
-        frameskip = max(1, int(cfg.env_frameskip))
-
-        seed = cfg.seed
-        if seed is not None:
-            torch.manual_seed(int(seed))
-        if save_video:
+        model = _trained_model(cfg, agent, env, checkpoint, device)
+        if cfg.seed is not None:
+            torch.manual_seed(int(cfg.seed))
+        if cfg.save_video:
             video_path = experiment_dir(cfg) / (cfg.video_name or "replay.mp4")  # absolute names win
             video = _VideoWriter(video_path, _video_fps(cfg, env), MAX_VIDEO_FRAMES)
-        frame_sleep = 0.0
-        if render_mode == "human" and cfg.fps > 0:
-            frame_sleep = 1.0 / float(cfg.fps)
-
-        try:
-            obs, _ = env.reset(seed=seed)
-        except ImportError as e:  # a "human" env draws its window from reset on
-            raise ConfigError(f"cannot render {cfg.env!r} ({e}); pass --no_render to play headless") from e
-        if video is not None:
-            video.add(_render(env, cfg))
+        obs = _reset(cfg, env, video)
         # each agent's core state, memory and previous action / reward, kept as the engine keeps them
-        agents = AgentsActing(model, agent.acting_rule(cfg, action_space), num_agents, device, deterministic)
-        running_reward = np.zeros(num_agents, dtype=np.float64)
-        running_len = np.zeros(num_agents, dtype=np.int64)
-        rewards: list[float] = []
-        lengths: list[int] = []
-        frames = 0
-        interrupted = False
-        try:
-            while len(rewards) < max_episodes and frames < max_frames:
-                step_start = time.monotonic()
-                actions_np, _ = agents.act(stack_obs(obs, env.observation_space))
-                env_actions = [action_to_env(action_space, actions_np[i]) for i in range(num_agents)]
-
-                obs, step_rewards, terminated, truncated, infos = env.step(env_actions)
-                frames += num_agents * frameskip
-                if video is not None:
-                    video.add(_render(env, cfg))
-                # the env auto-reset: an agent whose episode ended starts the next one from a fresh state
-                agents.observe(step_rewards, [bool(a or b) for a, b in zip(terminated, truncated)])
-                for i in range(num_agents):
-                    running_reward[i] += float(step_rewards[i])
-                    running_len[i] += 1
-                    if not (terminated[i] or truncated[i]):
-                        continue
-                    # the env's episode stats carry the raw reward even when wrappers rescale it
-                    stats = (infos[i] or {}).get("episode") or {}
-                    reward = float(stats.get("reward", running_reward[i]))
-                    length = int(stats.get("len", running_len[i]))
-                    rewards.append(reward)
-                    lengths.append(length)
-                    agent = f" agent {i}" if num_agents > 1 else ""
-                    print(f"episode {len(rewards)}{agent}: reward {reward:.3f}, length {length}", flush=True)
-                    running_reward[i] = 0.0
-                    running_len[i] = 0
-                    if len(rewards) >= max_episodes:
-                        break
-                if frame_sleep:
-                    time.sleep(max(0.0, frame_sleep - (time.monotonic() - step_start)))
-        except KeyboardInterrupt:
-            interrupted = True
-            print("interrupted: summary of the episodes finished so far", flush=True)
+        agents = AgentsActing(model, agent.acting_rule(cfg, env.action_space), env.num_agents, device,
+                              bool(cfg.deterministic))
+        episodes = _Episodes(env.num_agents, int(cfg.max_num_episodes))
+        frame_sec = 1.0 / float(cfg.fps) if render_mode == "human" and cfg.fps > 0 else 0.0
+        frames, interrupted = _play(cfg, env, obs, agents, episodes, video, frame_sec)
     finally:
         if video is not None:
             video.close()
         env.close()
 
+    rewards = episodes.rewards
     mean = float(np.mean(rewards)) if rewards else math.nan
     std = float(np.std(rewards)) if rewards else math.nan
     print(f"mean reward {mean:.3f} ± {std:.3f} over {len(rewards)} episodes", flush=True)
@@ -240,7 +180,7 @@ def _enjoy(cfg: Any) -> dict:
     played = {
         "episodes": len(rewards),
         "rewards": rewards,
-        "lengths": lengths,
+        "lengths": episodes.lengths,
         "mean_reward": mean,
         "std_reward": std,
         "frames": frames,
@@ -252,6 +192,94 @@ def _enjoy(cfg: Any) -> dict:
     played["results_path"] = str(write_results(cfg, policy_id, played, checkpoint, checkpoint_file))
     print(f"results: {played['results_path']}", flush=True)
     return played
+
+
+def _trained_model(cfg: Any, agent: Any, env: Any, checkpoint: dict, device: torch.device) -> torch.nn.Module:
+    """``agent``'s model for ``env``'s spaces with the checkpoint's weights, on ``device``, ready to act."""
+    model = agent.make_model(cfg, env.observation_space, env.action_space,
+                             max(1, len(getattr(env, "task_names", None) or ())))
+    model.load_state_dict(checkpoint["model"])
+    model.to(device).for_inference()
+    return model
+
+
+def _reset(cfg: Any, env: Any, video: _VideoWriter | None) -> Any:
+    """The env's first observations (seeded with ``--seed``), the first frame into the video."""
+    try:
+        obs, _ = env.reset(seed=cfg.seed)
+    except ImportError as e:  # a "human" env draws its window from reset on
+        raise ConfigError(f"cannot render {cfg.env!r} ({e}); pass --no_render to play headless") from e
+    if video is not None:
+        video.add(_render(env, cfg))
+    return obs
+
+
+class _Episodes:
+    """Each agent's running reward and length; every finished episode's, printed as it ends."""
+
+    def __init__(self, num_agents: int, max_episodes: int) -> None:
+        self.num_agents = num_agents
+        self.max_episodes = max_episodes
+        self.running_reward = np.zeros(num_agents, dtype=np.float64)
+        self.running_len = np.zeros(num_agents, dtype=np.int64)
+        self.rewards: list[float] = []
+        self.lengths: list[int] = []
+
+    @property
+    def enough(self) -> bool:
+        return len(self.rewards) >= self.max_episodes
+
+    def add_step(self, step_rewards: Any, terminated: Any, truncated: Any, infos: Any) -> None:
+        """One env step of every agent; stops counting once ``max_episodes`` episodes have ended."""
+        for i in range(self.num_agents):
+            self.running_reward[i] += float(step_rewards[i])
+            self.running_len[i] += 1
+            if not (terminated[i] or truncated[i]):
+                continue
+            # the env's episode stats carry the raw reward even when wrappers rescale it
+            stats = (infos[i] or {}).get("episode") or {}
+            reward = float(stats.get("reward", self.running_reward[i]))
+            length = int(stats.get("len", self.running_len[i]))
+            self.rewards.append(reward)
+            self.lengths.append(length)
+            who = f" agent {i}" if self.num_agents > 1 else ""
+            print(f"episode {len(self.rewards)}{who}: reward {reward:.3f}, length {length}", flush=True)
+            self.running_reward[i] = 0.0
+            self.running_len[i] = 0
+            if self.enough:
+                break
+
+
+def _play(cfg: Any, env: Any, obs: Any, agents: Any, episodes: _Episodes, video: _VideoWriter | None,
+          frame_sec: float) -> tuple[int, bool]:
+    """Play from ``obs`` until ``episodes`` has enough or ``--max_num_frames`` frames are played, each step taking
+    at least ``frame_sec`` (a window's ``--fps``); Ctrl+C ends it early. Returns the frames played and whether
+    Ctrl+C ended it."""
+    from sfx.algo.distributions import action_to_env
+    from sfx.models.obs import stack_obs
+
+    max_frames = int(cfg.max_num_frames)
+    frameskip = max(1, int(cfg.env_frameskip))
+    action_space, num_agents = env.action_space, env.num_agents
+    frames = 0
+    try:
+        while not episodes.enough and frames < max_frames:
+            step_start = time.monotonic()
+            actions_np, _ = agents.act(stack_obs(obs, env.observation_space))
+            env_actions = [action_to_env(action_space, actions_np[i]) for i in range(num_agents)]
+            obs, step_rewards, terminated, truncated, infos = env.step(env_actions)
+            frames += num_agents * frameskip
+            if video is not None:
+                video.add(_render(env, cfg))
+            # the env auto-reset: an agent whose episode ended starts the next one from a fresh state
+            agents.observe(step_rewards, [bool(a or b) for a, b in zip(terminated, truncated)])
+            episodes.add_step(step_rewards, terminated, truncated, infos)
+            if frame_sec:
+                time.sleep(max(0.0, frame_sec - (time.monotonic() - step_start)))
+    except KeyboardInterrupt:
+        print("interrupted: summary of the episodes finished so far", flush=True)
+        return frames, True
+    return frames, False
 
 
 # sfx.enjoy's on/off flags written without a value (``--no_render``)

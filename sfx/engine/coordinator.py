@@ -67,8 +67,8 @@ def save_cfg_at_start(cfg: Any, wait_sec: float = DISK_FULL_WAIT_SEC) -> str | N
     provenance is not recorded, one warning); else the one line saying why the training cannot start (a new
     experiment, or changed values, on a disk that stays full).
 
-    This was the "exit code 1 under a full disk" of issue 56: a training restarted while the disk was full died
-    here with a traceback (the OSError of the write), which went to a log on the same full disk."""
+    Without the wait a training restarted while the disk is full would die here with a traceback (the OSError of
+    the write), into a log on the same full disk."""
     import json
 
     from sfx.experiment import save_cfg
@@ -224,9 +224,7 @@ def run_training(cfg: Any) -> dict:
     ``samples_per_sec`` counts agent steps collected, ``fps`` env frames
     (samples x ``--env_frameskip``), both over the whole session.
     """
-    from sfx.errors import ConfigError
     from sfx.experiment import done_path, experiment_dir, setup_logging
-    from sfx.agents import find_agent
 
     ranks = detect_ranks()
     if ranks.is_distributed:
@@ -246,32 +244,7 @@ def run_training(cfg: Any) -> dict:
     if ranks.is_distributed:
         log.info("this rank's learner and policy workers run on %s", rank_device(cfg, ranks))
     meeting = meet_ranks(cfg, ranks) if ranks.is_distributed else None
-    # everything that can reject the cfg runs before cfg.json is written: a typo must not be
-    # saved into the experiment and come back on the next resume
-    try:
-        check_observers_available(cfg)
-        env_info = probe_env(cfg)
-        agent = find_agent(cfg.algo)
-        model = agent.make_model(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
-        agent.check_model(cfg, model)
-        check_checkpoints_fit(cfg, model, agent)
-        check_eval_env(cfg, env_info)
-        require_wandb(cfg)
-        check_cpus(cfg)
-        ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
-        # ConfigError when /dev/shm is too small
-        w = wire(cfg, env_info, model, serial=cfg.serial_mode, largest_batch_size=largest_batch_size(cfg),
-                 ranks=ranks if ranks.is_distributed else None)
-        runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
-        if isinstance(runtime, ProcessRuntime):
-            runtime.check_start()
-    except ConfigError as e:
-        if meeting is not None:
-            meeting.agree("checks", str(e))  # the other ranks end now, naming this rank
-        raise
-    if meeting is not None:
-        meeting.agree("checks")  # a ConfigError when another rank's checks failed (the buffers go with w)
-    del model
+    env_info, w, runtime = _checked_run(cfg, ranks, device, meeting)
     exp_dir.mkdir(parents=True, exist_ok=True)
     if done_path(cfg).exists():
         done_path(cfg).unlink()  # a resumed run is not done until it finishes again
@@ -300,12 +273,52 @@ def run_training(cfg: Any) -> dict:
             parts.insert(3, evaluation)
         try:
             stop = run_loop(runtime, parts, forced=lambda: stop_request.forced)
-            status = stop.status
         finally:
             reporter.close()
             if meeting is not None:
                 meeting.close()  # rank 0's store (when it serves it) lives until here: its learner is done
+    return _training_result(cfg, ranks, reporter, stop, evaluation)
 
+
+def _checked_run(cfg: Any, ranks: Any, device: torch.device, meeting: Any) -> tuple[Any, Any, Any]:
+    """The env's info, the run's wiring and its runtime, after everything that can reject the cfg: they run before
+    cfg.json is written, so a typo is not saved into the experiment to come back on the next resume. With several
+    ranks every rank's checks must pass (``meeting``): a ConfigError here or on another rank ends them all."""
+    from sfx.agents import find_agent
+    from sfx.errors import ConfigError
+
+    try:
+        check_observers_available(cfg)
+        env_info = probe_env(cfg)
+        agent = find_agent(cfg.algo)
+        model = agent.make_model(cfg, env_info.observation_space, env_info.action_space, env_info.num_tasks)
+        agent.check_model(cfg, model)
+        check_checkpoints_fit(cfg, model, agent)
+        check_eval_env(cfg, env_info)
+        require_wandb(cfg)
+        check_cpus(cfg)
+        ensure_open_file_limit(cfg.num_workers * cfg.num_envs_per_worker)
+        # ConfigError when /dev/shm is too small
+        w = wire(cfg, env_info, model, serial=cfg.serial_mode, largest_batch_size=largest_batch_size(cfg),
+                 ranks=ranks if ranks.is_distributed else None)
+        runtime = SerialRuntime(w, device) if cfg.serial_mode else ProcessRuntime(w)
+        if isinstance(runtime, ProcessRuntime):
+            runtime.check_start()
+    except ConfigError as e:
+        if meeting is not None:
+            meeting.agree("checks", str(e))  # the other ranks end now, naming this rank
+        raise
+    if meeting is not None:
+        meeting.agree("checks")  # a ConfigError when another rank's checks failed (the buffers go with w)
+    return env_info, w, runtime
+
+
+def _training_result(cfg: Any, ranks: Any, reporter: TrainingReporter, stop: Stop,
+                     evaluation: EvaluationPart | None) -> dict:
+    """run_training's result (see there), also written to status.json; the done file for a finished training."""
+    from sfx.experiment import done_path
+
+    status = stop.status
     result = reporter.result(status)
     result["stop_reason"] = stop.reason
     if evaluation is not None:
@@ -316,8 +329,8 @@ def run_training(cfg: Any) -> dict:
         from sfx.experiment.cfg_io import atomic_write_text
 
         try:
-            # atomically: a plain write on a full disk left an empty done file, which the runner took for a
-            # finished training (and the injector's check of its env steps failed on it)
+            # atomically: a plain write on a full disk leaves an empty done file, which a runner would take for a
+            # finished training
             atomic_write_text(done_path(cfg), f"env_steps={result['env_steps']}\n")
         except OSError as e:
             log.error("training finished but %s could not be written (%s): the same command will resume and "

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.cuda_graphs import GraphedStep
-from sfx.engine.protocol import (ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS, TRAJ,
+from sfx.engine.protocol import (ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS, TRAJ, Act,
                                  request_rows)
 from sfx.engine.staging import HostStaging, to_host
 
@@ -62,7 +63,7 @@ class PolicyWorker(Component):
         self.staging = HostStaging(device)
         # --inference_gather=device: the GPU reads the observation and recurrent-state rows from the slots in place
         self.mapped = None
-        if getattr(cfg, "inference_gather", "host") == "device" and device.type == "cuda":
+        if cfg.inference_gather == "device" and device.type == "cuda":
             from sfx.engine.mapped_slots import MappedSlots
 
             self.mapped = MappedSlots.create(device, {**{f"obs.{k}": v for k, v in traj_buffers.obs.items()},
@@ -95,15 +96,32 @@ class PolicyWorker(Component):
             raise RuntimeError(f"policy worker {self.policy_id}.{self.worker_idx} asked to act "
                                f"before the learner published weights")
         meter = perf.current()
-        clock = time.perf_counter
-        t_gather = clock()
+        t_gather = time.perf_counter()
         rows = np.concatenate([request_rows(m[3]) for m in msgs]) if len(msgs) > 1 else request_rows(msgs[0][3])
-        rows_t = torch.from_numpy(rows)
-        n = len(rows)
-        traj, dev = self.traj, self.device
-        meter.count("rows", n)
+        meter.count("rows", len(rows))
         meter.count("forwards")
+        batch = self._gather(rows)
+        meter.add("gather", time.perf_counter() - t_gather)
+        with meter.section("to_device"):
+            if self.mapped is None:
+                batch.obs = {k: self.staging.to_device(k, v) for k, v in batch.obs.items()}
+                batch.rnn = self.staging.to_device("rnn_states", batch.rnn)
+        with meter.section("forward"), torch.inference_mode():
+            out, acted, new_rnn = self._forward(batch, meter)
+        with meter.section("to_host"):
+            answer = self._to_host(batch, out, acted, new_rnn)
+        with meter.section("scatter"):
+            self._scatter(batch, answer)
+        # answer only after every write above: the rollout worker reads the slots right away
+        with perf.section("answer"):
+            self._tell_workers(msgs)
 
+    def _gather(self, rows: np.ndarray) -> _Batch:
+        """The model's inputs for request ``rows``: each row's observation and core state from its slot, a time-limit
+        row's final observation and state from its agent, and where the rule needs them the agents' memories and
+        the slots' tasks."""
+        traj, dev = self.traj, self.device
+        rows_t = torch.from_numpy(rows)
         # (slot, t) as one row index of a [slots * (T + 1), ...] view: index_select on a flat view is ~10x
         # faster than indexing with two index tensors. The index arithmetic of a few dozen rows runs in numpy,
         # a few microseconds less per operation than in torch
@@ -122,6 +140,7 @@ class PolicyWorker(Component):
         memory_agents = rows_t[:, REQ_AGENT] if self.model.memory_len else None
         # a time-limit step's final observation: evaluated here only where the rule stores a value for it
         trunc_mask = rows[:, REQ_TRUNC_SLOT] >= 0 if self.rule.truncation_field else None
+        trunc_rows = None
         if trunc_mask is not None and trunc_mask.any():
             trunc_rows = rows_t[torch.from_numpy(trunc_mask)]
             agent_idx = trunc_rows[:, REQ_AGENT]
@@ -129,71 +148,104 @@ class PolicyWorker(Component):
             rnn = torch.cat([rnn, self.agents.final_rnn[agent_idx].to(rnn.device)])
             if memory_agents is not None:
                 memory_agents = torch.cat([memory_agents, agent_idx])
-        else:
-            trunc_rows = None
-        memory = None
-        if memory_agents is not None:
-            # gathered into a buffer kept between batches: a fresh [n, R, W] tensor per batch (up to hundreds of
-            # MB with a long memory) costs more in page faults than the copy itself
-            rows = len(memory_agents)
-            if self._memory_buf is None or self._memory_buf.shape[0] < rows:
-                self._memory_buf = torch.empty((rows, *self.agents.memory.shape[1:]), dtype=self.agents.memory.dtype)
-            memory = torch.index_select(self.agents.memory, 0, memory_agents, out=self._memory_buf[:rows])
-            memory = memory.to(dev, non_blocking=True)
-
+        memory = self._memories(memory_agents) if memory_agents is not None else None
         tasks = None
         if self.model.reads_tasks:  # per-task outputs (e.g. PopArt's values): each row's task (its slot's)
             tasks = traj.task[torch.from_numpy(slots)]
             if trunc_rows is not None:
                 tasks = torch.cat([tasks, traj.task[trunc_rows[:, REQ_TRUNC_SLOT]]])
             tasks = tasks.to(dev, non_blocking=True)
-        meter.add("gather", clock() - t_gather)
-        with meter.section("to_device"):
-            if self.mapped is None:
-                obs = {k: self.staging.to_device(k, v) for k, v in obs.items()}
-                rnn = self.staging.to_device("rnn_states", rnn)
-        with meter.section("forward"), torch.inference_mode():
-            out = self.graphs(obs, rnn) if self.graphs is not None else None
-            if out is None:
-                out = self.model.forward_step(obs, rnn, tasks, memory)
-            else:
-                meter.count("graphed")
-            acting_out = out if trunc_rows is None else {k: v[:n] for k, v in out.items()}
-            acted = self.rule.act(acting_out, actor_ids=rows_t[:, REQ_AGENT])
-            new_rnn = out["new_rnn_states"][:n]
-        with meter.section("to_host"):
-            outputs = {"actions": acted.actions, "new_rnn": new_rnn,
-                       **{f"field.{name}": value for name, value in acted.fields.items()}}
-            if trunc_rows is not None:
-                outputs["truncation_values"] = self.rule.truncation_values({k: v[n:] for k, v in out.items()})
-            if memory is not None:
-                outputs["memory_index"], outputs["memory_entry"] = out["memory_index"][:n], out["memory_entry"][:n]
-            host = to_host(outputs)
-            actions, new_rnn = host["actions"], host["new_rnn"]
-            fields = {name: host[f"field.{name}"] for name in acted.fields}
-            truncation_values = host.get("truncation_values")
-            memory_update = (host["memory_index"], host["memory_entry"]) if memory is not None else None
+        return _Batch(len(rows), rows_t, at_obs, at_step, obs, rnn, memory, tasks, trunc_rows)
 
-        with meter.section("scatter"):
-            _write_rows(self._flat_actions, at_step, actions)
-            for name, value in fields.items():
-                _write_rows(self._flat_fields[name], at_step, value)
-            _write_rows(self._flat_rnn, at_obs + 1, new_rnn)
-            if memory_update is not None:
-                self.agents.memory[rows_t[:, REQ_AGENT], memory_update[0]] = memory_update[1]
-            self._flat_versions.index_fill_(0, at_step, self.version)
-            if truncation_values is not None:
-                field = traj.fields[self.rule.truncation_field]
-                field[trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = truncation_values
+    def _memories(self, memory_agents: torch.Tensor) -> torch.Tensor:
+        """The memories of ``memory_agents``, on the device, gathered into a buffer kept between batches: a fresh
+        [n, R, W] tensor per batch (up to hundreds of MB with a long memory) costs more in page faults than the
+        copy itself."""
+        n = len(memory_agents)
+        if self._memory_buf is None or self._memory_buf.shape[0] < n:
+            self._memory_buf = torch.empty((n, *self.agents.memory.shape[1:]), dtype=self.agents.memory.dtype)
+        memory = torch.index_select(self.agents.memory, 0, memory_agents, out=self._memory_buf[:n])
+        return memory.to(self.device, non_blocking=True)
 
-        # answer only after every write above: the rollout worker reads the slots right away.
-        # One message per rollout worker: waking a process costs more than the payload.
-        with perf.section("answer"):
-            answers: dict[int, list[tuple[int, int]]] = {}
-            for _, worker, split, r in msgs:
-                answers.setdefault(worker, []).append((split, len(r) // ROW_BYTES))
-            for worker, splits in answers.items():
-                self.rollout_inboxes[worker].put((ACT, splits))
+    def _forward(self, batch: _Batch, meter: Any) -> tuple[dict, Any, torch.Tensor]:
+        """One forward pass (replayed from a CUDA graph where one is captured) and the acting rule on the request
+        rows' outputs: ``(outputs, the rule's ActingOutput, the rows' new core states)``."""
+        n = batch.n
+        out = self.graphs(batch.obs, batch.rnn) if self.graphs is not None else None
+        if out is None:
+            out = self.model.forward_step(batch.obs, batch.rnn, batch.tasks, batch.memory)
+        else:
+            meter.count("graphed")
+        acting_out = out if batch.trunc_rows is None else {k: v[:n] for k, v in out.items()}
+        acted = self.rule.act(acting_out, actor_ids=batch.rows_t[:, REQ_AGENT])
+        return out, acted, out["new_rnn_states"][:n]
+
+    def _to_host(self, batch: _Batch, out: dict, acted: Any, new_rnn: torch.Tensor) -> _Answer:
+        """What is written into the slots and memories, copied to host memory."""
+        n = batch.n
+        outputs = {"actions": acted.actions, "new_rnn": new_rnn,
+                   **{f"field.{name}": value for name, value in acted.fields.items()}}
+        if batch.trunc_rows is not None:
+            outputs["truncation_values"] = self.rule.truncation_values({k: v[n:] for k, v in out.items()})
+        if batch.memory is not None:
+            outputs["memory_index"], outputs["memory_entry"] = out["memory_index"][:n], out["memory_entry"][:n]
+        host = to_host(outputs)
+        return _Answer(host["actions"], host["new_rnn"], {name: host[f"field.{name}"] for name in acted.fields},
+                       host.get("truncation_values"),
+                       (host["memory_index"], host["memory_entry"]) if batch.memory is not None else None)
+
+    def _scatter(self, batch: _Batch, answer: _Answer) -> None:
+        """Write ``answer`` into the trajectory slots and the agents' memories, in place."""
+        at_step = batch.at_step
+        _write_rows(self._flat_actions, at_step, answer.actions)
+        for name, value in answer.fields.items():
+            _write_rows(self._flat_fields[name], at_step, value)
+        _write_rows(self._flat_rnn, batch.at_obs + 1, answer.new_rnn)
+        if answer.memory_update is not None:
+            self.agents.memory[batch.rows_t[:, REQ_AGENT], answer.memory_update[0]] = answer.memory_update[1]
+        self._flat_versions.index_fill_(0, at_step, self.version)
+        if answer.truncation_values is not None:
+            field = self.traj.fields[self.rule.truncation_field]
+            trunc_rows = batch.trunc_rows
+            field[trunc_rows[:, REQ_TRUNC_SLOT], trunc_rows[:, REQ_TRUNC_T]] = answer.truncation_values
+
+    def _tell_workers(self, msgs: list) -> None:
+        """Tell each rollout worker how many rows of each of its splits are answered: one message per worker
+        (waking a process costs more than the payload)."""
+        answers: dict[int, list[tuple[int, int]]] = {}
+        for _, worker, split, r in msgs:
+            answers.setdefault(worker, []).append((split, len(r) // ROW_BYTES))
+        for worker, splits in answers.items():
+            self.rollout_inboxes[worker].put(Act(ACT, splits))
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One batch of requests as the model reads it (:meth:`PolicyWorker._gather`): ``n`` request rows (``rows_t``,
+    int64 [n, REQUEST_COLUMNS]), their flat slot indices (``at_obs`` into [slots * (T + 1)], ``at_step`` into
+    [slots * T]), the model's inputs for them and, after them, for the time-limit rows ``trunc_rows``."""
+
+    n: int
+    rows_t: torch.Tensor
+    at_obs: torch.Tensor
+    at_step: torch.Tensor
+    obs: dict
+    rnn: torch.Tensor
+    memory: torch.Tensor | None
+    tasks: torch.Tensor | None
+    trunc_rows: torch.Tensor | None
+
+
+class _Answer(NamedTuple):
+    """A batch's answer in host memory (:meth:`PolicyWorker._to_host`): the actions, the new core states, the rule's
+    fields by name, a time-limit row's bootstrap value (None without such rows) and a memory core's new entries
+    ``(index, entry)`` (None without a memory)."""
+
+    actions: torch.Tensor
+    new_rnn: torch.Tensor
+    fields: dict
+    truncation_values: torch.Tensor | None
+    memory_update: tuple | None
 
 
 def _flat(buf: torch.Tensor) -> torch.Tensor:
@@ -238,4 +290,4 @@ class RandomPolicyWorker(Component):
             self.actions[rows[:, REQ_SLOT], rows[:, REQ_T]] = self.rule.random_rows(len(rows))
             answers.setdefault(worker, []).append((split, len(rows)))
         for worker, splits in answers.items():
-            self.rollout_inboxes[worker].put((ACT, splits))
+            self.rollout_inboxes[worker].put(Act(ACT, splits))

@@ -7,65 +7,34 @@ component interface (:mod:`sfx.engine.component`).
   this process, for debugging and bit-for-bit determinism.
 
 Both read only the specs (which queue, which control queue, how many threads, restartable or not);
-no role names.
+no role names. The loop a component runs, in its process or here: :mod:`sfx.engine.component_loop`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import faulthandler
 import logging
 import os
 import signal
 import time
-import traceback
 from typing import Any
 
 import torch
 
 from sfx.engine import perf
-from sfx.engine.data_parallel import RankLost
-from sfx.models.precision import apply_tf32
-from sfx.engine.protocol import ERROR, PERF, RANK_LOST, RESEND, STOPPED
-from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - re-exported
 from sfx.engine.component import ComponentSpec
+from sfx.engine.component_loop import component_main, timed_turn
+from sfx.engine.process_state import helper_pid, process_state, start_time
+from sfx.engine.protocol import PERF, RESEND, Control, Report
+from sfx.engine.queues import LockedQueueError, QueuePump, drain, put_or_raise  # noqa: F401 - re-exported
 from sfx.engine.shared_arena import SharedArena, check_descriptors, descriptors_passed
 from sfx.engine.wiring import Wiring
+from sfx.models.precision import apply_tf32
 
 log = logging.getLogger(__name__)
 
-# a component asks whether the coordinator still lives at most this often (a read of /proc, which
-# the rollout workers' per-step stop checks made about 60 times a second each)
-PARENT_CHECK_SEC = 0.5
-# a component looks at its control queue at most this often (an empty read costs ~3 us, and a
-# rollout worker's loop turns thousands of times a second)
-CONTROL_POLL_SEC = 0.01
-# and samples its inbox's depth at most this often (sfx.engine.perf)
-DEPTH_SAMPLE_SEC = 0.1
 # what multiprocessing says of every forkserver child once the forkserver is gone (popen_forkserver.Popen.poll)
 FORKSERVER_LOST_EXITCODE = 255
-
-
-def timed_turn(component: Any, meter: perf.PerfMeter, read, control_msgs: list) -> None:
-    """One turn of a component's loop, timed (sfx.engine.perf): control messages, a read of its inbox
-    (``read() -> msgs``, the wait timed as ``wait/<component.waiting_for>``), the messages, ``tick()``."""
-    clock = time.perf_counter
-    if control_msgs:
-        t0 = clock()
-        component.process(control_msgs)
-        meter.add(f"busy/{perf.message_kind(control_msgs)}", clock() - t0)
-    waiting_for = component.waiting_for
-    t0 = clock()
-    msgs = read()
-    t1 = clock()
-    meter.add(f"wait/{waiting_for}", t1 - t0)
-    if msgs:
-        component.process(msgs)
-        t2 = clock()
-        meter.add(f"busy/{perf.message_kind(msgs)}", t2 - t1)
-        t1 = t2
-    component.tick()
-    meter.add("busy/tick", clock() - t1)
 
 
 def give_back_slots(w: Wiring, worker_index: int) -> int:
@@ -81,160 +50,6 @@ def give_back_slots(w: Wiring, worker_index: int) -> int:
     if w.gate is not None:
         w.gate.lose(given_back)  # started and never sent: no longer ahead of the learners
     return given_back
-
-
-def _alive(pid: int) -> bool:
-    """Whether the coordinator still runs (our parent is the forkserver, so getppid won't do):
-    a component whose coordinator was killed saves what it must and exits, leaving no orphan."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a killed coordinator stays a zombie until its own parent reaps it, and a zombie still answers
-    # kill(pid, 0): ask /proc for the state too
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True  # no /proc here: trust kill(pid, 0)
-
-
-def _start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks since boot (/proc), None when it is gone (or no /proc).
-    With the pid it names one process for good: a pid reused by another process has another start time."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
-
-
-def _process_state(pid: int) -> bytes | None:
-    """The state letter of process ``pid`` (/proc: ``R``, ``S``, ``T`` for stopped, ``Z`` ...), None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _helper_pid(module: Any, attribute: str) -> int | None:
-    """The pid of one of multiprocessing's helper processes of this process (the forkserver, the resource
-    tracker), None when it has none. multiprocessing keeps it in a private attribute of its singleton and offers
-    no public way to ask; a missing attribute (another Python) means: not watched."""
-    singleton = module.__dict__.get(attribute)
-    pid = singleton.__dict__.get("_pid" if attribute == "_resource_tracker" else "_forkserver_pid") \
-        if singleton is not None else None
-    return pid if isinstance(pid, int) else None
-
-
-def _component_main(w: Wiring, spec: ComponentSpec, beat_idx: int, heartbeats_t: torch.Tensor,
-                    stop_flag: torch.Tensor, parent_pid: int, incarnation: int = 0) -> None:
-    """Entry point of a component's process: the one loop that runs any component."""
-    # Ctrl+C and SIGTERM go to the coordinator, which stops everyone in order (final checkpoint)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    name, cfg = spec.name, w.cfg
-    from sfx.experiment import log_path, setup_logging
-    setup_logging(cfg, name)
-    # SIGUSR1 (sent by the coordinator to a component that stopped beating) writes every thread's
-    # stack to the experiment's log: the "what was it doing" of a hang
-    # (a component is started after its run made the experiment folder; one started without a run, as a test's,
-    # makes it: the log's lines wait for the folder in memory, this file cannot)
-    log_path(cfg).parent.mkdir(parents=True, exist_ok=True)
-    stack_file = open(log_path(cfg), "a")  # noqa: SIM115 - must stay open for the process's life
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-
-    # numpy views of the shared tensors: an element write through numpy costs ~0.1 us, through
-    # torch several us, and rollout workers beat at every env step
-    heartbeats, stop = heartbeats_t.numpy(), stop_flag.numpy()
-
-    def beat() -> None:
-        heartbeats[beat_idx] = time.time()
-    torch.set_num_threads(spec.threads)
-    apply_tf32(cfg)
-    if spec.pin_core and cfg.set_workers_cpu_affinity and hasattr(os, "sched_setaffinity"):
-        cores = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cores[spec.index % len(cores)]})
-
-    parent_checked = [0.0, True]  # [when, alive]: /proc is read at most every PARENT_CHECK_SEC
-
-    def stopping() -> bool:
-        beat()  # called by every wait loop, including a rollout worker blocked on free slots
-        if stop[0]:
-            return True
-        now = time.monotonic()
-        if now - parent_checked[0] >= PARENT_CHECK_SEC:
-            parent_checked[:] = [now, _alive(parent_pid)]
-        return not parent_checked[1]
-
-    component = reader = meter = None
-    try:
-        if w.env_family is not None:
-            from sfx.envs.registry import ensure_registered
-            ensure_registered(w.env_family)
-        beat()
-        component = spec.build(w, spec, torch.device(spec.device), incarnation)
-        component.should_stop = stopping
-        # a component without a heartbeat deadline (a learner) must never hang on a queue a killed
-        # process left locked: it reads through a pump that follows the switch to a spare
-        reader = QueuePump(spec.inbox) if spec.pump_inbox else None
-        # where this component's time goes, reported every few seconds (sfx.engine.perf)
-        meter = perf.PerfMeter(name, cfg.report_every_sec)
-        perf.use(meter)
-        component.start()
-        meter.take()  # the windows start with the loop (startup shows in the log, not as busy time)
-
-        def read() -> list:
-            wait = component.read_timeout_sec
-            return reader.get(timeout=wait) if reader is not None else drain(spec.inbox, timeout=wait)
-
-        control_due = depth_due = 0.0
-        while not stopping():
-            control = []
-            now = time.monotonic()
-            if spec.control is not None and now >= control_due:
-                control_due = now + CONTROL_POLL_SEC
-                control = drain(spec.control)
-            if now >= depth_due:
-                depth_due = now + DEPTH_SAMPLE_SEC
-                meter.inbox_depth(_depth(spec.inbox))
-            timed_turn(component, meter, read, control)
-            if meter.due():
-                w.report_queue.put((PERF, name, meter.take()))
-            if component.stopped:
-                break
-    except Exception as e:
-        log.error("%s crashed:\n%s", name, traceback.format_exc())
-        if isinstance(e, RankLost):
-            w.report_queue.put((RANK_LOST, name, str(e)))
-        w.report_queue.put((ERROR, name, traceback.format_exc()))
-    finally:
-        if reader is not None:
-            reader.close()
-        if component is not None:
-            try:
-                component.finish()  # a learner saves its checkpoint here, after a crash too
-            except Exception:
-                log.exception("%s could not finish cleanly", name)
-        if meter is not None:
-            # the last, partial window: a run shorter than --report_every_sec has no other, and without it the
-            # end-of-run table and TensorBoard would miss whatever this component did since its last report
-            w.report_queue.put((PERF, name, meter.take()))
-        w.report_queue.put((STOPPED, name, {}))
-
-
-def _depth(q: Any) -> int:
-    try:
-        return int(q.qsize())
-    except Exception:  # noqa: BLE001 - a depth is a diagnostic: a queue that cannot say gives 0
-        return 0
 
 
 def _exit_hung_shutdown() -> None:
@@ -286,11 +101,11 @@ class ProcessRuntime:
     def _launch(self, spec: ComponentSpec) -> None:
         i = self.w.components.index(spec)
         self.heartbeats[i] = 0.0  # no beat yet: the startup grace period applies
-        p = self.ctx.Process(target=_component_main, name=spec.name, args=self.child_args(spec))
+        p = self.ctx.Process(target=component_main, name=spec.name, args=self.child_args(spec))
         self.launched[spec.name] = time.time()
         p.start()
         self.procs[spec.name] = p
-        self.start_times[spec.name] = _start_time(p.pid)
+        self.start_times[spec.name] = start_time(p.pid)
 
     def check_start(self) -> None:
         """ConfigError (one line) when some component's process could not be started: it would receive more
@@ -321,7 +136,7 @@ class ProcessRuntime:
 
     def _orphan_alive(self, name: str) -> bool:
         started = self.start_times.get(name)
-        return started is not None and _start_time(self.procs[name].pid) == started
+        return started is not None and start_time(self.procs[name].pid) == started
 
     def exitcode(self, name: str) -> int | None:
         """The exit code of a component that ended; None when it is unknown (it ended after its forkserver,
@@ -355,8 +170,8 @@ class ProcessRuntime:
         run on, told alive by pid: see :meth:`alive`)."""
         from multiprocessing import forkserver
 
-        pid = _helper_pid(forkserver, "_forkserver")
-        if pid is None or _process_state(pid) != b"T":
+        pid = helper_pid(forkserver, "_forkserver")
+        if pid is None or process_state(pid) != b"T":
             return
         log.warning("the forkserver (pid %d) is stopped (SIGSTOP?): killed it, a new one starts the restart", pid)
         self._helpers_lost.add(pid)
@@ -365,7 +180,7 @@ class ProcessRuntime:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + 5.0
-        while _start_time(pid) is not None and time.monotonic() < deadline:
+        while start_time(pid) is not None and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def lost_helpers(self) -> list[str]:
@@ -377,14 +192,14 @@ class ProcessRuntime:
         helpers = (("forkserver", forkserver, "_forkserver"), ("resource tracker", resource_tracker, "_resource_tracker"))
         # every death is seen before anything starts again: the forkserver's start starts a resource tracker too
         lost = [(what, module, attribute, pid) for what, module, attribute in helpers
-                if (pid := _helper_pid(module, attribute)) is not None and pid not in self._helpers_lost
-                and _start_time(pid) is None]
+                if (pid := helper_pid(module, attribute)) is not None and pid not in self._helpers_lost
+                and start_time(pid) is None]
         lines = []
         for what, module, attribute, pid in lost:
             self._helpers_lost.add(pid)
             # ensure_running reaps the dead helper and starts a new one (the forkserver: for the next restart)
             module.__dict__[attribute].ensure_running()
-            lines.append(f"the {what} (pid {pid}) died: started a new one (pid {_helper_pid(module, attribute)}); "
+            lines.append(f"the {what} (pid {pid}) died: started a new one (pid {helper_pid(module, attribute)}); "
                          f"the components run on")
         return lines
 
@@ -442,7 +257,7 @@ class ProcessRuntime:
         self._launch(spec)
         for i, control in enumerate(self.w.rollout_control):
             if control is not spec.control:
-                put_or_raise(control, [(RESEND, None)], f"rollout worker {i}'s control queue")
+                put_or_raise(control, [Control(RESEND, None)], f"rollout worker {i}'s control queue")
         return self.restarts[name], given_back
 
     def stop(self, reports_sink, timeout_sec: float = 30.0) -> None:
@@ -499,7 +314,7 @@ class SerialRuntime:
             perf.use(meter)
             timed_turn(comp, meter, lambda: drain(spec.inbox), drain(spec.control) if spec.control is not None else [])
             if meter.due():
-                self.w.report_queue.put((PERF, spec.name, meter.take()))
+                self.w.report_queue.put(Report(PERF, spec.name, meter.take()))
         perf.use(None)
         return drain(self.w.report_queue)
 
@@ -516,7 +331,7 @@ class SerialRuntime:
         for spec, comp in self.parts:
             perf.use(self.meters[spec.name])
             comp.finish()
-            self.w.report_queue.put((PERF, spec.name, self.meters[spec.name].take()))  # the last, partial window
+            self.w.report_queue.put(Report(PERF, spec.name, self.meters[spec.name].take()))  # the last, partial window
         perf.use(None)
         reports_sink(drain(self.w.report_queue))
 

@@ -31,7 +31,8 @@ import random
 from typing import Any, Callable
 
 from sfx.agents import find_agent
-from sfx.engine.protocol import PBT_SNAPSHOT, PBT_UPDATE, SHAPING
+from sfx.engine.protocol import (PBT_SNAPSHOT, PBT_UPDATE, SHAPING, Control, ParamsUpdate, ShapingUpdate,
+                                 SnapshotRequest)
 from sfx.pbt.mutation import ParamSpec, batch_size_choices, mutate, select_replacement
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def hyperparameter_specs(cfg: Any, shaping: dict[str, float] | None) -> list[Par
 
 def max_batch_size(cfg: Any) -> int:
     """The largest batch size a policy may reach (trajectory slots are allocated for it)."""
-    if getattr(cfg, "with_pbt", False) and cfg.pbt_optimize_batch_size:
+    if cfg.with_pbt and cfg.pbt_optimize_batch_size:
         return max(batch_size_choices(cfg.batch_size, cfg.rollout))
     return cfg.batch_size
 
@@ -151,7 +152,7 @@ class PopulationManager:
         self.request_counter += 1
         request = self.request_counter
         self.pending[request] = job
-        self.learner_control[p].put((PBT_SNAPSHOT, {"request": request, "path": str(path_of(request))}))
+        self.learner_control[p].put(Control(PBT_SNAPSHOT, SnapshotRequest(request=request, path=str(path_of(request)))))
 
     # ---------------------------------------------------------------- the periodic decision
 
@@ -230,8 +231,8 @@ class PopulationManager:
 
     def _send_params(self, p: int, load_path: str | None = None, from_policy: int | None = None) -> None:
         learner_params = {k: v for k, v in self.params[p].items() if not k.startswith(SHAPING_PREFIX)}
-        self.learner_control[p].put((PBT_UPDATE, {"params": learner_params, "load_path": load_path,
-                                                   "from_policy": from_policy}))
+        self.learner_control[p].put(Control(PBT_UPDATE, ParamsUpdate(params=learner_params, load_path=load_path,
+                                                                     from_policy=from_policy)))
 
     def shaping_of(self, p: int) -> dict[str, float]:
         return {k[len(SHAPING_PREFIX):]: v for k, v in self.params[p].items() if k.startswith(SHAPING_PREFIX)}
@@ -240,7 +241,7 @@ class PopulationManager:
         weights = self.shaping_of(p)
         if weights:
             for control in self.rollout_control:
-                control.put((SHAPING, (p, weights)))
+                control.put(Control(SHAPING, ShapingUpdate(p, weights)))
 
     def _save(self, p: int, env_steps: int) -> None:
         from sfx.experiment import policy_cfg_path

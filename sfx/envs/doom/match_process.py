@@ -143,7 +143,41 @@ def match_main(conn: Any, shm_name: str, spec: MatchSpec, port: int, parent_pid:
     Replies on ``conn``: ``("ready", None)`` after init, ``("ok", results)`` per request, or
     ``("error", text)``; results are per player ``(finished, variables float64 array)``.
     """
-    os.setsid()  # the engines inherit this group: one killpg ends the whole match
+    _lead_own_group(parent_pid, workdir)
+    # a spawned child shares its parent's resource tracker, so attaching registers nothing new and the
+    # env's unlink() is the one unregistration
+    shm = shared_memory.SharedMemory(name=shm_name)
+    n = spec.num_agents
+    obs = np.ndarray((n, *spec.obs_shape()), dtype=np.uint8, buffer=shm.buf)
+    barrier = threading.Barrier(n)
+    requests = [queue.Queue() for _ in range(n)]
+    replies: queue.Queue = queue.Queue()
+    for i in range(n):
+        threading.Thread(target=_player, args=(spec, i, port, workdir, obs, barrier, requests[i], replies),
+                         daemon=True).start()
+
+    status, payload = _gather(replies, n)
+    conn.send(("ready", None) if status == "ok" else (status, payload))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the env is gone
+            _orphaned(workdir)
+        op = msg[0]
+        for i in range(n):
+            requests[i].put((op, msg[1][i].tolist() if op == "step" else None))
+        status, payload = _gather(replies, n)
+        conn.send((status, payload))
+        if op == "close" or status == "error":
+            break
+    conn.close()
+
+
+def _lead_own_group(parent_pid: int, workdir: str) -> None:
+    """Make this process the leader of a process group of its own (the engines inherit it: one killpg ends the
+    whole match), watched for its parent's death, with the engines' console output sent to /dev/null, working in
+    ``workdir``."""
+    os.setsid()
     # the pipe (and the resource tracker's) arrived as inheritable fds: engines holding a copy would hide
     # this process's death from the env (no EOF until the step timeout) and keep the tracker alive
     for fd in os.listdir("/proc/self/fd"):
@@ -161,93 +195,72 @@ def match_main(conn: Any, shm_name: str, spec: MatchSpec, port: int, parent_pid:
     os.dup2(devnull, 2)
     os.close(devnull)
     os.chdir(workdir)  # the engines create _vizdoom/ in the working directory; this process is ours alone
-    # a spawned child shares its parent's resource tracker, so attaching registers nothing new and the
-    # env's unlink() is the one unregistration
-    shm = shared_memory.SharedMemory(name=shm_name)
-    n = spec.num_agents
-    obs = np.ndarray((n, *spec.obs_shape()), dtype=np.uint8, buffer=shm.buf)
-    barrier = threading.Barrier(n)
-    requests = [queue.Queue() for _ in range(n)]
-    replies: queue.Queue = queue.Queue()
 
-    def player(i: int) -> None:
-        if i > 0:
-            # joiners start their init() after the host's has begun: concurrent inits in one process
-            # crash it now and then (measured: about 1 start in 5 without the delay)
-            time.sleep(JOIN_DELAY_SEC)
-        try:
-            game, converter = _make_player(spec, i, port, workdir)
-        except Exception as e:  # noqa: BLE001 - reported to the env, which restarts the match
-            replies.put((i, "error", f"player {i} init: {e!r}"))
-            return
-        if i == 0:
-            for _ in range(spec.num_bots):
-                game.send_game_command("addbot")  # bots stay for every later episode
-        replies.put((i, "ready", None))
-        nvars = len(MATCH_VARIABLES)
-        variables = np.zeros(nvars, np.float64)
 
-        def read() -> tuple[bool, np.ndarray]:
-            finished = game.is_episode_finished()
-            state = None if finished else game.get_state()
-            if state is not None:
-                obs[i] = converter(state.screen_buffer)
-                variables[:] = state.game_variables
-            else:  # no state after the end (or while dead): read the variables one by one
-                for k, v in enumerate(game.get_available_game_variables()):
-                    variables[k] = game.get_game_variable(v)
-            return finished, variables.copy()
-
-        while True:
-            op, payload = requests[i].get()
-            try:
-                if op == "step":
-                    game.set_action(payload)
-                    for k in range(spec.frameskip):
-                        # every player passes every barrier (finished or not), so none waits for a tic
-                        # another will never play
-                        if not game.is_episode_finished():
-                            game.advance_action(1, k == spec.frameskip - 1)
-                        barrier.wait()
-                    replies.put((i, "ok", read()))
-                elif op == "reset":
-                    game.new_episode()
-                    replies.put((i, "ok", read()))
-                elif op == "close":
-                    game.close()
-                    replies.put((i, "ok", None))
-                    return
-            except Exception as e:  # noqa: BLE001 - an engine died: free the others, report, get killed
-                barrier.abort()
-                replies.put((i, "error", f"player {i} {op}: {e!r}"))
-                return
-
-    threads = [threading.Thread(target=player, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-
-    def gather() -> tuple[str, Any]:
-        # the first error is answered at once: the other players may be blocked inside their engines
-        results: list[Any] = [None] * n
-        for _ in range(n):
-            i, status, payload = replies.get()
-            if status == "error":
-                return "error", payload
-            results[i] = payload
-        return "ok", results
-
-    status, payload = gather()
-    conn.send(("ready", None) if status == "ok" else (status, payload))
+def _player(spec: MatchSpec, i: int, port: int, workdir: str, obs: np.ndarray, barrier: threading.Barrier,
+            requests: queue.Queue, replies: queue.Queue) -> None:
+    """Player ``i``'s thread: its engine (player 0 hosts and adds the bots), then one reply ``(i, status,
+    payload)`` per request from ``requests`` until ``close`` or an error."""
+    if i > 0:
+        # joiners start their init() after the host's has begun: concurrent inits in one process
+        # crash it now and then (measured: about 1 start in 5 without the delay)
+        time.sleep(JOIN_DELAY_SEC)
+    try:
+        game, converter = _make_player(spec, i, port, workdir)
+    except Exception as e:  # noqa: BLE001 - reported to the env, which restarts the match
+        replies.put((i, "error", f"player {i} init: {e!r}"))
+        return
+    if i == 0:
+        for _ in range(spec.num_bots):
+            game.send_game_command("addbot")  # bots stay for every later episode
+    replies.put((i, "ready", None))
+    variables = np.zeros(len(MATCH_VARIABLES), np.float64)
     while True:
+        op, payload = requests.get()
         try:
-            msg = conn.recv()
-        except (EOFError, OSError):  # the env is gone
-            _orphaned(workdir)
-        op = msg[0]
-        for i in range(n):
-            requests[i].put((op, msg[1][i].tolist() if op == "step" else None))
-        status, payload = gather()
-        conn.send((status, payload))
-        if op == "close" or status == "error":
-            break
-    conn.close()
+            if op == "step":
+                game.set_action(payload)
+                for k in range(spec.frameskip):
+                    # every player passes every barrier (finished or not), so none waits for a tic
+                    # another will never play
+                    if not game.is_episode_finished():
+                        game.advance_action(1, k == spec.frameskip - 1)
+                    barrier.wait()
+                replies.put((i, "ok", _read(game, converter, obs, i, variables)))
+            elif op == "reset":
+                game.new_episode()
+                replies.put((i, "ok", _read(game, converter, obs, i, variables)))
+            elif op == "close":
+                game.close()
+                replies.put((i, "ok", None))
+                return
+        except Exception as e:  # noqa: BLE001 - an engine died: free the others, report, get killed
+            barrier.abort()
+            replies.put((i, "error", f"player {i} {op}: {e!r}"))
+            return
+
+
+def _read(game: Any, converter: Any, obs: np.ndarray, i: int, variables: np.ndarray) -> tuple[bool, np.ndarray]:
+    """Player ``i``'s state after a step or reset: its frame into ``obs[i]``; whether its episode finished and its
+    game variables (a copy of ``variables``, the buffer they are read into)."""
+    finished = game.is_episode_finished()
+    state = None if finished else game.get_state()
+    if state is not None:
+        obs[i] = converter(state.screen_buffer)
+        variables[:] = state.game_variables
+    else:  # no state after the end (or while dead): read the variables one by one
+        for k, v in enumerate(game.get_available_game_variables()):
+            variables[k] = game.get_game_variable(v)
+    return finished, variables.copy()
+
+
+def _gather(replies: queue.Queue, n: int) -> tuple[str, Any]:
+    """Every player's reply, in player order: ``("ok", results)``, or the first error at once (the other players
+    may be blocked inside their engines)."""
+    results: list[Any] = [None] * n
+    for _ in range(n):
+        i, status, payload = replies.get()
+        if status == "error":
+            return "error", payload
+        results[i] = payload
+    return "ok", results
