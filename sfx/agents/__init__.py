@@ -10,9 +10,10 @@ the shell around it (messages, checkpoints, PBT, ranks, weight publishing). Buil
 math and :mod:`sfx.models` parts; no processes, no queues.
 """
 
-from sfx.agents.base import Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch, Stepped, tree_map
+from sfx.agents.base import (Acted, ActingRule, Agent, Batch, FieldSpec, NonFiniteBatch, Stepped, trajectories_per_batch,
+                             tree_map)
 from sfx.agents.registry import (DEFAULT_AGENT, ensure_registered, find_agent, register_agent, registered_agents,
                                  unregister_agent)
 
 __all__ = ["Acted", "ActingRule", "Agent", "Batch", "DEFAULT_AGENT", "FieldSpec", "NonFiniteBatch", "Stepped", "ensure_registered",
-           "find_agent", "register_agent", "registered_agents", "tree_map", "unregister_agent"]
+           "find_agent", "register_agent", "registered_agents", "trajectories_per_batch", "tree_map", "unregister_agent"]

@@ -16,6 +16,12 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 import torch
 
 
+def trajectories_per_batch(cfg: Any) -> int:
+    """Whole trajectories of ``--rollout`` steps in a batch of ``--batch_size`` steps (at least one): how every agent
+    counts a batch of trajectories (APPO's minibatch, R2D2's sequences, SAC's largest iteration)."""
+    return max(1, cfg.batch_size // cfg.rollout)
+
+
 def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
     """Apply ``fn`` to every leaf of nested dicts (e.g. a batch whose ``obs`` is a dict)."""
     if isinstance(tree, dict):
@@ -76,11 +82,12 @@ class ActingRule:
         acting agent each row is (a rule may act differently per actor, e.g. an epsilon per actor)."""
         raise NotImplementedError
 
-    def bind_actors(self, first: int, total: int) -> None:
-        """Told once by each policy worker before it acts: its ``actor_ids`` ``0 .. n - 1`` are actors
+    def bind_actors(self, first: int, total: int, workers: int = 1) -> None:
+        """Told once by each training policy worker before it acts: its ``actor_ids`` ``0 .. n - 1`` are actors
         ``first .. first + n - 1`` of the ``total`` acting agents of all ranks (a rule that acts differently
-        per actor, e.g. R2D2's epsilon ladder, spreads over all of them). Without it (evaluation, enjoy) a
-        rule acts as for evaluation."""
+        per actor, e.g. R2D2's epsilon ladder, spreads over all of them), and ``workers`` acting processes of this
+        rank serve its policy's requests, each about an equal share (the engine's placement: its policy workers,
+        or one learner acting itself). Without it (evaluation, enjoy) a rule acts as for evaluation."""
 
     def mode_actions(self, out: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The deterministic actions ``[n, k]`` (export, ``--deterministic``); torch operations only."""
@@ -223,8 +230,9 @@ class Agent:
 
     @classmethod
     def trajectories_per_iteration(cls, cfg: Any) -> int:
-        """Fresh trajectories that make one training iteration (slots are sized from it)."""
-        return max(1, cfg.batch_size // cfg.rollout)
+        """Fresh trajectories that make one training iteration (slots are sized from it): by default one batch's
+        (:func:`trajectories_per_batch`)."""
+        return trajectories_per_batch(cfg)
 
     @classmethod
     def batches_ahead(cls, cfg: Any) -> int:

@@ -6,11 +6,16 @@
     policy worker    --ACT(split,n)-> rollout_inboxes[w]
     rollout worker   --TRAJ(slots)--> learner_queues[p]   --> learner p
     learner p        --slot ids-----> free_slots[p]       --> rollout workers
-    learner p        --weights------> weights[p]  (shared memory, no queue)
+    learner p        --weights------> weights[p]          --> policy workers, evaluator  (shared memory)
+    rollout worker w --holds slot---> slot_owners[p]      --> coordinator: a restart gives a dead worker's slots
+                                                              back (shared memory, int32 per slot, -1 = free)
+    rollout worker w --started/sent-> gate                --> rollout workers: start a trajectory only while
+    learner p        --taken--------> gate                    few enough are out (shared memory, --batches_ahead;
+                                                              the coordinator counts a dead worker's as lost)
     coordinator      --control------> learner_control[p], rollout_control[w]  (PBT, resend)
     everyone         --reports------> report_queue        --> coordinator
 
-(message layouts: :mod:`sfx.engine.protocol`). Each component is a :class:`ComponentSpec`: its role,
+(message types and layouts: :mod:`sfx.engine.protocol`). Each component is a :class:`ComponentSpec`: its role,
 the queue it reads, its control queue, where it runs, and the function that builds it in whichever
 process runs it; the runtimes (:mod:`sfx.engine.runtime`) read only the specs, never role names.
 """
@@ -67,7 +72,8 @@ class Wiring:
     agents: AgentBuffers
     weights: tuple[WeightsBuffer, ...]     # per policy
     free_slots: tuple                      # per policy: free trajectory slot indices
-    slot_owners: tuple                     # per policy: int32 [slots], the rollout worker holding each (-1 = none)
+    slot_owners: tuple                     # per policy: int32 [slots], the rollout worker holding each (-1 = none):
+                                           # written by rollout workers, read by the coordinator's give_back_slots
     policy_queues: tuple                   # per policy: requests from rollout workers
     learner_queues: tuple                  # per policy: finished trajectories
     learner_control: tuple                 # per policy: PBT snapshot / update for its learner
@@ -80,7 +86,8 @@ class Wiring:
     ranks: Any = None                      # this rank's RankInfo (sfx.engine.ranks); None = a single rank
     eval_queue: Any = None                 # EVALUATE requests -> the evaluator (--eval_every_env_steps > 0)
     agent: type[Agent] | None = None       # --algo's agent (travels to worker processes by reference)
-    gate: Any = None                       # CollectionGate (--batches_ahead); None: the slots alone bound sampling
+    gate: Any = None                       # CollectionGate (--batches_ahead): counters in shared memory, written by
+                                           # rollout workers and learners; None: the slots alone bound sampling
     arena: Any = None                      # the SharedArena every shared tensor and queue above is carved from
 
     def spec(self, role: str, index: int) -> ComponentSpec:
@@ -118,8 +125,10 @@ def rank_device(cfg: Any, ranks: Any) -> str:
     return check_devices(ranks, cfg.device, gpus)
 
 
-def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False, local_ranks: int = 1) -> int:
-    """Torch threads for a learner (``--learner_main_loop_num_cores``, 0 = auto). On the CPU a
+def learner_threads(cfg: Any, obs_ndim: int, device: str, learner_sets_the_pace: bool = False,
+                    local_ranks: int = 1) -> int:
+    """Torch threads for a learner on ``device`` (``cpu``, ``cuda`` or ``cuda:N``: :func:`rank_device`'s)
+    (``--learner_main_loop_num_cores``, 0 = auto). On the CPU a
     convolutional learner gets the cores the rollout workers (one pinned per core) leave free, at
     least one: an OpenMP thread that shares its core with workers and game engines is often
     descheduled, and its peers spin at every barrier (doom, 2 cores, 2 workers: 1 thread trained
@@ -132,7 +141,7 @@ def learner_threads(cfg: Any, obs_ndim: int, learner_sets_the_pace: bool = False
     (SAC on 2 ranks of a 2-core machine with 2 threads each: 2-3 env steps/s beside a nice'd job; 1 each: 73)."""
     if cfg.learner_main_loop_num_cores > 0:
         return cfg.learner_main_loop_num_cores
-    if resolve_device(cfg).type == "cuda":
+    if device.startswith("cuda"):
         return 1
     cores = max(1, len(os.sched_getaffinity(0)) // max(1, int(local_ranks)))
     if learner_sets_the_pace:
@@ -193,20 +202,21 @@ def _seeded_model(w: Wiring, policy: int):
                                       w.env_info.num_tasks)
 
 
-def _actor(w: Wiring, policy: int, index: int, weights: Any, device: torch.device):
-    """A policy worker of ``policy``: its acting rule bound to this rank's agents, a model of its own."""
+def _actor(w: Wiring, policy: int, index: int, weights: Any, device: torch.device, workers: int):
+    """A policy worker of ``policy``: its acting rule bound to this rank's agents and told the ``workers`` acting
+    processes that share the policy's requests, a model of its own."""
     from sfx.engine.policy_worker import PolicyWorker
 
     rule = wiring_agent(w).acting_rule(w.cfg, w.env_info.action_space)
     actors = int(w.agents.final_rnn.shape[0])  # this rank's acting agents (all workers)
     rank, world = (w.ranks.rank, w.ranks.world_size) if w.ranks is not None else (0, 1)
-    rule.bind_actors(first=rank * actors, total=world * actors)
+    rule.bind_actors(first=rank * actors, total=world * actors, workers=workers)
     return PolicyWorker(w.cfg, policy, index, _seeded_model(w, policy), rule, w.traj[policy], w.agents, weights,
                         list(w.rollout_inboxes), w.report_queue, device)
 
 
 def build_policy_worker(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
-    return _actor(w, spec.policy, spec.index, w.weights[spec.policy], device)
+    return _actor(w, spec.policy, spec.index, w.weights[spec.policy], device, w.cfg.policy_workers_per_policy)
 
 
 def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnation: int = 0):
@@ -218,7 +228,7 @@ def build_learner(w: Wiring, spec: ComponentSpec, device: torch.device, incarnat
 
         # the policy's acting runs in this process (a thread), on a copy of the model the learner keeps current;
         # shared memory is published too only for the evaluator
-        actor = _actor(w, spec.policy, 0, None, device)
+        actor = _actor(w, spec.policy, 0, None, device, workers=1)
         weights = LocalWeights(actor.model, device, shared=w.weights[spec.policy] if w.eval_queue is not None else None)
         actor.weights = weights
         inference = LearnerInference(actor, w.policy_queues[spec.policy], weights, w.report_queue, spec.policy,
@@ -240,7 +250,7 @@ def training_components(w: Wiring) -> tuple[ComponentSpec, ...]:
     workers wait for."""
     cfg = w.cfg
     device = rank_device(cfg, w.ranks)
-    threads = learner_threads(cfg, max_obs_ndim(w.env_info.observation_space),
+    threads = learner_threads(cfg, max_obs_ndim(w.env_info.observation_space), device,
                               wiring_agent(w).learner_sets_the_pace,
                               w.ranks.local_world_size if w.ranks is not None else 1)
     specs = [ComponentSpec("learner", p, p, build_learner, w.learner_queues[p], w.learner_control[p], device,
@@ -275,49 +285,20 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
     are sized for it); without learners (``with_learners=False``, the dummy sampler) finished
     trajectories go to the policy's request queue, whose reader frees their slots.
     """
-    from sfx.algo.distributions import action_shape
-
     agent = find_agent(cfg.algo)
     rule = agent.acting_rule(cfg, env_info.action_space)
-    obs_space, action_space = env_info.observation_space, env_info.action_space
-    num_agents_total = cfg.num_workers * cfg.num_envs_per_worker * env_info.num_agents
-    rnn_size = max(1, model.rnn_state_size)
-    # room for the largest batch a policy may get (a learner waiting for more slots than exist would
-    # never train again)
-    sized_for = copy.copy(cfg)
-    sized_for.batch_size = max(cfg.batch_size, largest_batch_size or 0)
-    num_slots = num_trajectory_slots(num_agents_total, agent.trajectories_per_iteration(sized_for),
-                                     cfg.traj_buffers_excess_ratio, serial)
-    spec = obs_spec(obs_space)
-    if cfg.use_prev_action_reward:
-        spec.update(prev_action_reward_spec(action_shape(action_space)))
-    memory_shape = (int(model.memory_len), int(model.memory_width)) if model.memory_len else (0, 0)
-    shm_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space), rule.fields,
-                                        num_slots, cfg.num_policies, num_agents_total,
-                                        memory_shape[0] * memory_shape[1], rule.stores_final_obs)
-    if not serial:
-        check_shared_memory(shm_bytes)
-    # what the agent keeps in its learners' memory (replay buffers), per trajectory slot's size
-    slot_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, action_shape(action_space), rule.fields, 1, 1,
-                                         0, memory_shape[0] * memory_shape[1], rule.stores_final_obs)
-    host_bytes = agent.host_memory_bytes(cfg, slot_bytes) * cfg.num_policies
-    if host_bytes:
-        check_host_memory(host_bytes, f"the learners' replay buffers ({cfg.num_policies} policies)",
-                          "lower the capacities in --replay_parameters (or --rollout, the observation size)")
+    layout = slot_layout(cfg, env_info, model, agent, rule, largest_batch_size, serial)
+    num_slots, num_agents_total = layout.num_slots, layout.num_agents
     spares = 0 if serial else min(cfg.max_component_restarts, MAX_SPARE_QUEUES)
     weight_floats = sum(t.numel() for t in WeightsBuffer.state_tensors(model))
     # one arena for every shared tensor and queue of the run: a process receives one descriptor for all of
     # them (see sfx.engine.shared_arena); sized for the buffers, the weights and the queue rings (sparse)
-    arena = SharedArena(shm_bytes + cfg.num_policies * 4 * weight_floats
+    arena = SharedArena(layout.shm_bytes + cfg.num_policies * 4 * weight_floats
                         + (0 if serial else _queue_bytes(cfg, spares)) + 2**20)
-    traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, spec, rnn_size, action_shape(action_space),
-                                             rule.fields, memory_shape, rule.stores_final_obs, arena=arena)
+    traj = tuple(allocate_trajectory_buffers(num_slots, cfg.rollout, layout.obs, layout.rnn_size, layout.action_shape,
+                                             rule.fields, layout.memory_shape, rule.stores_final_obs, arena=arena)
                  for _ in range(cfg.num_policies))
-    agents = allocate_agent_buffers(num_agents_total, spec, rnn_size, memory_shape, arena=arena)
-    if model.memory_len:
-        memory_mib = 4 * memory_shape[0] * memory_shape[1] * (num_slots * cfg.num_policies + num_agents_total) / 2**20
-        log.info("the core's memory (%d steps x %d floats) takes %.0f MiB of shared memory: one per agent and one per "
-                 "trajectory slot (%.0f MiB in all)", memory_shape[0], memory_shape[1], memory_mib, shm_bytes / 2**20)
+    agents = allocate_agent_buffers(num_agents_total, layout.obs, layout.rnn_size, layout.memory_shape, arena=arena)
     # the state every episode starts from, as the model's core declares it (zeros for GRU / LSTM)
     agents.initial_rnn.copy_(model.initial_rnn_states(1, torch.device("cpu"))[0])
     weights = tuple(WeightsBuffer.for_model(model, arena) for _ in range(cfg.num_policies))
@@ -328,14 +309,9 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
             return LocalQueue()
         return SwitchableQueue(lambda: make_process_queue(max_bytes, arena), spares, arena)
 
-    free_slots = []
-    for _ in range(cfg.num_policies):
-        q = LocalQueue() if serial else make_process_queue(DEFAULT_QUEUE_BYTES, arena)
-        q.put_many(list(range(num_slots)))
-        free_slots.append(q)
-
+    free_slots = _free_slot_pools(cfg.num_policies, num_slots, serial, arena)
     policy_queues = tuple(queue(REQUEST_QUEUE_BYTES) for _ in range(cfg.num_policies))
-    w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=tuple(free_slots),
+    w = Wiring(cfg=cfg, env_info=env_info, traj=traj, agents=agents, weights=weights, free_slots=free_slots,
                slot_owners=tuple(arena.tensor(num_slots, torch.int32, fill=-1) for _ in range(cfg.num_policies)),
                policy_queues=policy_queues,
                learner_queues=tuple(queue() for _ in range(cfg.num_policies)) if with_learners else policy_queues,
@@ -350,6 +326,66 @@ def wire(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, serial: bool, *,
     w = dataclasses.replace(w, components=tuple(components(w)))
     log.info("%d trajectory slots of %d steps per policy for %d agents", num_slots, cfg.rollout, num_agents_total)
     return w
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """What a run's trajectory slots hold and how many there are (:func:`slot_layout`)."""
+
+    num_agents: int                 # this rank's acting agents (all workers)
+    num_slots: int                  # trajectory slots per policy
+    obs: dict                       # the observation's spec, the previous action / reward's included where asked
+    rnn_size: int                   # floats of core state per step (at least 1)
+    action_shape: tuple
+    memory_shape: tuple[int, int]   # a memory core's (steps, floats) per agent; (0, 0) without one
+    shm_bytes: int                  # every policy's slots and the agents' buffers, in shared memory
+
+
+def slot_layout(cfg: Any, env_info: EnvInfo, model: torch.nn.Module, agent: type[Agent], rule: Any,
+                largest_batch_size: int | None, serial: bool) -> SlotLayout:
+    """The run's trajectory slots, sized for the largest batch a policy may get (a learner waiting for more slots
+    than exist would never train again); ConfigError when they do not fit in /dev/shm (not in serial mode) or the
+    agent's replay buffers do not fit in the host's memory."""
+    from sfx.algo.distributions import action_shape
+
+    num_agents_total = cfg.num_workers * cfg.num_envs_per_worker * env_info.num_agents
+    rnn_size = max(1, model.rnn_state_size)
+    sized_for = copy.copy(cfg)
+    sized_for.batch_size = max(cfg.batch_size, largest_batch_size or 0)
+    num_slots = num_trajectory_slots(num_agents_total, agent.trajectories_per_iteration(sized_for),
+                                     cfg.traj_buffers_excess_ratio, serial)
+    spec = obs_spec(env_info.observation_space)
+    actions = action_shape(env_info.action_space)
+    if cfg.use_prev_action_reward:
+        spec.update(prev_action_reward_spec(actions))
+    memory_shape = (int(model.memory_len), int(model.memory_width)) if model.memory_len else (0, 0)
+    memory_floats = memory_shape[0] * memory_shape[1]
+    shm_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, actions, rule.fields, num_slots,
+                                        cfg.num_policies, num_agents_total, memory_floats, rule.stores_final_obs)
+    if not serial:
+        check_shared_memory(shm_bytes)
+    # what the agent keeps in its learners' memory (replay buffers), per trajectory slot's size
+    slot_bytes = trajectory_buffer_bytes(spec, cfg.rollout, rnn_size, actions, rule.fields, 1, 1, 0, memory_floats,
+                                         rule.stores_final_obs)
+    host_bytes = agent.host_memory_bytes(cfg, slot_bytes) * cfg.num_policies
+    if host_bytes:
+        check_host_memory(host_bytes, f"the learners' replay buffers ({cfg.num_policies} policies)",
+                          "lower the capacities in --replay_parameters (or --rollout, the observation size)")
+    if model.memory_len:
+        memory_mib = 4 * memory_floats * (num_slots * cfg.num_policies + num_agents_total) / 2**20
+        log.info("the core's memory (%d steps x %d floats) takes %.0f MiB of shared memory: one per agent and one per "
+                 "trajectory slot (%.0f MiB in all)", memory_shape[0], memory_shape[1], memory_mib, shm_bytes / 2**20)
+    return SlotLayout(num_agents_total, num_slots, spec, rnn_size, actions, memory_shape, shm_bytes)
+
+
+def _free_slot_pools(num_policies: int, num_slots: int, serial: bool, arena: SharedArena) -> tuple:
+    """Per policy, the queue of its free trajectory slots, every slot free."""
+    pools = []
+    for _ in range(num_policies):
+        q = LocalQueue() if serial else make_process_queue(DEFAULT_QUEUE_BYTES, arena)
+        q.put_many(list(range(num_slots)))
+        pools.append(q)
+    return tuple(pools)
 
 
 def _queue_bytes(cfg: Any, spares: int) -> int:

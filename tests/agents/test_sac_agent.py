@@ -75,10 +75,13 @@ def test_a_training_policy_worker_acts_uniformly_for_its_warm_up_rows_and_never_
     fresh = SquashedGaussianActing(low, high, seed=0, random_steps=250)
     fresh.bind_actors(first=0, total=4)
     assert torch.allclose(fresh.act(out, deterministic=True).actions, mode.expand(100, 2))
-    # the agent's rule: --learning_starts rows, shared by the policy's workers; --random_warmup=False: none
-    assert SAC.acting_rule(default_cfg(env="gym_Pendulum-v1", algo="SAC", learning_starts=300,
-                                       policy_workers_per_policy=2), gymnasium.spaces.Box(-2.0, 2.0, (1,))
-                           ).random_steps == 150
+    # the agent's rule: --learning_starts rows, shared by the acting processes the engine names; --random_warmup=False:
+    # none
+    shared = SAC.acting_rule(default_cfg(env="gym_Pendulum-v1", algo="SAC", learning_starts=301,
+                                         policy_workers_per_policy=2), gymnasium.spaces.Box(-2.0, 2.0, (1,)))
+    assert shared.random_steps == 301
+    shared.bind_actors(first=0, total=4, workers=2)
+    assert shared.random_left == 151
     assert SAC.acting_rule(default_cfg(env="gym_Pendulum-v1", algo="SAC", random_warmup=False),
                            gymnasium.spaces.Box(-2.0, 2.0, (1,))).random_steps == 0
 

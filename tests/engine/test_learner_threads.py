@@ -15,17 +15,18 @@ CORES = len(os.sched_getaffinity(0))
 
 def test_the_auto_rule_per_kind_of_learner():
     appo = default_cfg(env="gym_CartPole-v1", device="cpu", num_workers=1)
-    assert learner_threads(appo, obs_ndim=1) == 1
-    assert learner_threads(appo, obs_ndim=3) == max(1, CORES - 1)
-    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True) == CORES
+    assert learner_threads(appo, device="cpu", obs_ndim=1) == 1
+    assert learner_threads(appo, device="cpu", obs_ndim=3) == max(1, CORES - 1)
+    assert learner_threads(appo, device="cpu", obs_ndim=1, learner_sets_the_pace=True) == CORES
     # several ranks of one training on this machine share its cores
-    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True, local_ranks=2) == max(1, CORES // 2)
-    assert learner_threads(appo, obs_ndim=3, local_ranks=2) == max(1, CORES // 2 - 1)
-    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True, local_ranks=4 * CORES) == 1
+    assert learner_threads(appo, device="cpu", obs_ndim=1, learner_sets_the_pace=True, local_ranks=2) == max(1, CORES // 2)
+    assert learner_threads(appo, device="cpu", obs_ndim=3, local_ranks=2) == max(1, CORES // 2 - 1)
+    assert learner_threads(appo, device="cpu", obs_ndim=1, learner_sets_the_pace=True, local_ranks=4 * CORES) == 1
+    assert learner_threads(appo, device="cuda", obs_ndim=3) == 1  # the maths runs on the GPU
     appo.learner_main_loop_num_cores = 3
-    assert learner_threads(appo, obs_ndim=1) == 3
-    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True) == 3
-    assert learner_threads(appo, obs_ndim=1, learner_sets_the_pace=True, local_ranks=2) == 3
+    assert learner_threads(appo, device="cpu", obs_ndim=1) == 3
+    assert learner_threads(appo, device="cpu", obs_ndim=1, learner_sets_the_pace=True) == 3
+    assert learner_threads(appo, device="cpu", obs_ndim=1, learner_sets_the_pace=True, local_ranks=2) == 3
 
 
 def _threads_of(cfg):

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import torch
 
+from sfx.agents.base import trajectories_per_batch
 from sfx.algo.appo import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, REPLAYED_LOSSES, APPOParams
 from sfx.algo.distributions import DiagGaussian, action_params_size, make_action_distribution
 from sfx.algo.policy_losses import VMPO_KL_BOUNDS
@@ -18,7 +19,7 @@ from sfx.errors import ConfigError
 
 __all__ = ["APPOConfig", "MINIBATCH_UNITS", "add_appo_flags", "advantage_estimator", "check_vmpo_kl_bounds",
            "minibatch_unit", "replay_needs_features", "replay_specs", "running_advantage_normalization",
-           "trajectories_per_iteration", "trajectories_per_minibatch", "validate_appo_cfg"]
+           "trajectories_per_iteration", "validate_appo_cfg"]
 
 MINIBATCH_UNITS = ("auto", "trajectories", "transitions")
 
@@ -28,13 +29,9 @@ def advantage_estimator(cfg: Any) -> str:
     return _params(cfg).estimator
 
 
-def trajectories_per_minibatch(cfg: Any) -> int:
-    return cfg.batch_size // cfg.rollout
-
-
 def trajectories_per_iteration(cfg: Any) -> int:
     """Fresh trajectories of one training iteration: ``--num_batches_per_iteration`` minibatches."""
-    return trajectories_per_minibatch(cfg) * cfg.num_batches_per_iteration
+    return trajectories_per_batch(cfg) * cfg.num_batches_per_iteration
 
 
 def minibatch_unit(cfg: Any) -> str:
@@ -92,7 +89,7 @@ class APPOConfig:
                                      "aux_future_pred": cfg.aux_loss_future_pred_coeff},
                    clear_coefficients={"clear_policy_cloning": cfg.clear_policy_coeff,
                                        "clear_value_cloning": cfg.clear_value_coeff},
-                   trajectories_per_minibatch=trajectories_per_minibatch(cfg), batch_size=cfg.batch_size,
+                   trajectories_per_minibatch=trajectories_per_batch(cfg), batch_size=cfg.batch_size,
                    ppo_epochs=cfg.ppo_epochs, minibatch_unit=minibatch_unit(cfg))
 
 

@@ -28,7 +28,7 @@ class EpsilonGreedy(ActingRule):
         self.fields = {"q_taken": FieldSpec(()), "q_max": FieldSpec(()), "trunc_q": FieldSpec(()),
                        "epsilon": FieldSpec(()), "actor_ids": FieldSpec((), torch.int64)}
 
-    def bind_actors(self, first: int, total: int) -> None:
+    def bind_actors(self, first: int, total: int, workers: int = 1) -> None:
         self.epsilons = actor_epsilons(total, self.base, self.alpha)[first:]
 
     def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,

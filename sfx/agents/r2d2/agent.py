@@ -27,11 +27,11 @@ from typing import Any, Mapping
 
 import torch
 
-from sfx.agents.base import ActingRule
+from sfx.agents.base import ActingRule, trajectories_per_batch
 from sfx.agents.kit.checks import (REPLAY_AGENTS_IGNORE, check_replay_disk, check_replay_memory, check_saved_replay,
                                    resolve_learning_starts)
 from sfx.agents.r2d2.acting import EpsilonGreedy
-from sfx.agents.r2d2.flags import add_r2d2_flags, sequences, sequences_per_minibatch, validate_r2d2_cfg
+from sfx.agents.r2d2.flags import add_r2d2_flags, sequences, validate_r2d2_cfg
 from sfx.agents.r2d2.learning import R2D2Learning
 
 __all__ = ["R2D2"]
@@ -71,7 +71,7 @@ class R2D2(R2D2Learning):
     @classmethod
     def trajectories_per_iteration(cls, cfg: Any) -> int:
         # SEED's insertion batch: a minibatch's sequences / the replay ratio (one minibatch per iteration on average)
-        return max(1, round(sequences_per_minibatch(cfg) / cfg.replay_ratio))
+        return max(1, round(trajectories_per_batch(cfg) / cfg.replay_ratio))
 
     @classmethod
     def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:

@@ -7,11 +7,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sfx.agents.base import trajectories_per_batch
 from sfx.agents.kit.checks import (add_learning_starts_flag, add_save_replay_buffer_flag, check_integer_flags,
                                    check_replay_ratio)
 from sfx.errors import ConfigError
 
-__all__ = ["R2D2Config", "add_r2d2_flags", "sequences", "sequences_per_minibatch", "validate_r2d2_cfg"]
+__all__ = ["R2D2Config", "add_r2d2_flags", "sequences", "validate_r2d2_cfg"]
 
 
 @dataclass(frozen=True)
@@ -36,16 +37,12 @@ class R2D2Config:
                    value_function_rescaling_epsilon=cfg.value_function_rescaling_epsilon,
                    reward_scale=cfg.reward_scale, reward_clip=cfg.reward_clip, max_grad_norm=cfg.max_grad_norm,
                    priority_eta=cfg.priority_eta, target_update_period=cfg.target_update_period,
-                   sequences_per_minibatch=sequences_per_minibatch(cfg))
+                   sequences_per_minibatch=trajectories_per_batch(cfg))
 
 
 def sequences(cfg: Any, samples: int) -> int:
     """Sequences of ``--rollout`` steps that hold ``samples`` (the replay flags' unit), at least one."""
     return max(1, math.ceil(samples / cfg.rollout))
-
-
-def sequences_per_minibatch(cfg: Any) -> int:
-    return max(1, cfg.batch_size // cfg.rollout)
 
 
 def add_r2d2_flags(g: argparse._ActionsContainer) -> None:

@@ -3,6 +3,7 @@ mean for evaluation, enjoy and export."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import torch
@@ -17,9 +18,10 @@ __all__ = ["SquashedGaussianActing"]
 class SquashedGaussianActing(ActingRule):
     """Samples the squashed Gaussian while training; its squashed mean for evaluation, enjoy and export.
 
-    ``random_steps``: a training policy worker's first ``random_steps`` acted rows are uniform over the Box
-    instead (the warm-up of ``--random_warmup``: the replay's first ``--learning_starts`` transitions, spread
-    over the policy's workers); counted from :meth:`bind_actors`, so evaluation and enjoy never act at random.
+    ``random_steps``: the policy's first ``random_steps`` acted rows are uniform over the Box instead (the warm-up
+    of ``--random_warmup``: the replay's first ``--learning_starts`` transitions), spread over the acting processes
+    :meth:`bind_actors` names (each acts its share, rounded up) and counted from it, so evaluation and enjoy never
+    act at random.
     """
 
     stores_final_obs = True
@@ -38,8 +40,8 @@ class SquashedGaussianActing(ActingRule):
         return SquashedGaussian(mean, out["action_log_std"], self.low.to(mean.device), self.high.to(mean.device),
                                 validate_args=False)
 
-    def bind_actors(self, first: int, total: int) -> None:
-        self.random_left = self.random_steps
+    def bind_actors(self, first: int, total: int, workers: int = 1) -> None:
+        self.random_left = math.ceil(self.random_steps / max(1, workers))
 
     def act(self, out: Mapping[str, torch.Tensor], deterministic: bool = False,
             actor_ids: torch.Tensor | None = None) -> Acted:

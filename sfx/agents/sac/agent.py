@@ -39,12 +39,11 @@ The math is :mod:`sfx.algo.sac`'s; names and defaults follow the SAC paper and S
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any, Mapping
 
 import torch
 
-from sfx.agents.base import ActingRule
+from sfx.agents.base import ActingRule, trajectories_per_batch
 from sfx.agents.kit.checks import (REPLAY_AGENTS_IGNORE, check_replay_disk, check_replay_memory, check_saved_replay,
                                    resolve_learning_starts)
 from sfx.agents.kit.transition_replay import rows_for
@@ -104,7 +103,7 @@ class SAC(SACLearning):
         # publishes its weights often and the actors, throttled by the few slots the learner leaves them
         # (--traj_buffers_excess_ratio 1), act with weights a few dozen gradient steps old, not hundreds
         envs = cfg.num_workers * cfg.num_envs_per_worker
-        return max(1, min(cfg.batch_size // cfg.rollout, envs))
+        return min(trajectories_per_batch(cfg), envs)
 
     @classmethod
     def make_model(cls, cfg: Any, obs_space: Any, action_space: Any, num_tasks: int = 1) -> torch.nn.Module:
@@ -117,10 +116,8 @@ class SAC(SACLearning):
         from sfx.models.sac_model import box_actions
 
         box_actions(action_space, cls.name)
-        # the warm-up's rows, shared by the policy's workers (each serves about an equal share of the actors' steps)
-        actors = 1 if cfg.inference == "learner" else max(1, cfg.policy_workers_per_policy)  # acting forward passes
-        random_steps = math.ceil(cfg.learning_starts / actors) \
-            if cfg.random_warmup else 0
+        # the warm-up's rows: the acting processes that share them are the engine's to say (bind_actors)
+        random_steps = cfg.learning_starts if cfg.random_warmup else 0
         return SquashedGaussianActing(action_space.low, action_space.high, seed=cfg.seed, random_steps=random_steps)
 
     @classmethod
