@@ -24,7 +24,7 @@ from sfx.engine import perf
 from sfx.engine.buffers import AgentBuffers, TrajectoryBuffers, WeightsBuffer
 from sfx.engine.component import Component
 from sfx.engine.cuda_graphs import GraphedStep
-from sfx.engine.protocol import (ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS, TRAJ, Act,
+from sfx.engine.protocol import (ACT, REQ_AGENT, REQ_SLOT, REQ_T, REQ_TRUNC_SLOT, REQ_TRUNC_T, REQUEST_COLUMNS, TRAJ,
                                  request_rows)
 from sfx.engine.staging import HostStaging, to_host
 
@@ -216,7 +216,7 @@ class PolicyWorker(Component):
         for _, worker, split, r in msgs:
             answers.setdefault(worker, []).append((split, len(r) // ROW_BYTES))
         for worker, splits in answers.items():
-            self.rollout_inboxes[worker].put(Act(ACT, splits))
+            self.rollout_inboxes[worker].put((ACT, splits))  # an Act, as a tuple literal: see sfx.engine.protocol
 
 
 @dataclass(slots=True)
@@ -290,4 +290,4 @@ class RandomPolicyWorker(Component):
             self.actions[rows[:, REQ_SLOT], rows[:, REQ_T]] = self.rule.random_rows(len(rows))
             answers.setdefault(worker, []).append((split, len(rows)))
         for worker, splits in answers.items():
-            self.rollout_inboxes[worker].put(Act(ACT, splits))
+            self.rollout_inboxes[worker].put((ACT, splits))  # an Act

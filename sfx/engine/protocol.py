@@ -2,10 +2,11 @@
 
 A message is a tuple whose first element names its kind. Each layout below is a named type
 (:class:`typing.NamedTuple`: a tuple, so a plain tuple of the same layout is the same message, and a reader
-unpacks either by position); payloads that are dicts are :class:`typing.TypedDict` types (plain dicts). On a
-process queue every message travels as a plain tuple (:func:`_as_plain_tuple`): a tuple of a short string,
-ints and a small array or dict pickles in a few hundred nanoseconds, a class reference in every pickle would
-cost more on the hot path. Tensors never travel, only indices into shared memory.
+unpacks either by position); payloads that are dicts are :class:`typing.TypedDict` types (plain dicts). A named
+message travels as a plain tuple (:func:`_as_plain_tuple`). The data messages' senders build them as tuple
+literals of the type's layout: a plain tuple of a short string, ints and a small array pickles and unpickles in
+about 1 us each, a named one in about 5 and 4 (the reduction runs in Python) and is built in 0.8 us instead of
+0.2, on every step of every split. Tensors never travel, only indices into shared memory.
 
 Data (hot path; one queue each, read by one component)::
 
