@@ -5,6 +5,7 @@ beside sfx's with the same tools, in the same units::
         --hyperparams_from=HalfCheetah-v4 --seeds=0,1,2 --out=OUT  # SB3: OUT/sb3_ppo_HalfCheetah-v5.json
     python -m bench.sb3_tb OUT/sb3_ppo_HalfCheetah-v5.json --dir=train_dir  # train_dir/sb3_ppo_halfcheetah-v5_see=N
     python -m sfx.tb plot 'my_sfx_runs*' 'sb3_ppo*' --dir=train_dir
+    python -m bench.sb3_tb OUT/sb3_ppo_PongNoFrameskip-v4.json --dir=train_dir  # Atari: x in emulator frames
 
 ``bench/sb3_baseline.py`` writes one JSON per run with, per seed, ``curve``: (env steps, mean return of the last
 ``window`` finished episodes) pairs and ``curve_seconds``: each point's wall seconds from the start of learning.
@@ -13,7 +14,12 @@ This writes each seed as an experiment folder (``<dir>/<name>_see=<seed>``, ``--
 versions; the JSON it came from is in ``sb3_source.json`` beside it, so seeds run as separate reports group as
 one) and TensorBoard events under ``.summary/0`` with the scalar ``reward`` (what sfx logs under that name: the
 mean return of the last ``--stats_avg`` = 100 episodes, the same window by default) at step = env steps and wall
-time = the run's start + ``curve_seconds`` (so ``--x=time`` shows SB3's own seconds).
+time = the run's start + ``curve_seconds`` (so ``sfx.tb plot --x=time`` shows SB3's own seconds).
+
+Atari reports (``frames_per_step`` in the JSON, ``curve_frames`` per seed: SB3 timesteps x the frame skip) are
+written with step = emulator frames, sfx's x axis for Atari (its env steps count frames), so SB3 and sfx share one
+axis; ``--x_unit=steps`` keeps SB3's timesteps instead. ``cfg.json`` says which (``x_unit``: ``frames`` or
+``env_steps``, with ``frames_per_step``). Other reports: step = env steps, as before.
 
 Runs in sfx's environment (torch's TensorBoard writer), never SB3's venv. A folder that exists is replaced only
 with ``--overwrite``.
@@ -49,7 +55,28 @@ def load_report(path: Path) -> dict[str, Any]:
     for row in report["seeds"]:
         if "seed" not in row or "curve" not in row:
             raise ConvertError(f"{path}: a seed's entry has no 'seed' or 'curve' (keys: {sorted(row)})")
+    per_step = report.get("frames_per_step")
+    if per_step is not None and (isinstance(per_step, bool) or not isinstance(per_step, int) or per_step < 1):
+        raise ConvertError(f"{path}: frames_per_step={per_step!r}, expected a positive integer")
     return report
+
+
+def x_values(report: dict[str, Any], row: dict[str, Any], x: str) -> tuple[list[int], str]:
+    """The curve's x values and their unit: emulator frames for an Atari report (``x='frames'``, the default
+    there), else SB3's env steps."""
+    steps = [int(step) for step, _ in row["curve"]]
+    per_step = report.get("frames_per_step")
+    if x == "steps" or per_step is None:
+        if x == "frames":
+            raise ConvertError(f"--x_unit=frames: the report for {report['env']} has no frames_per_step (not Atari)")
+        return steps, "env_steps"
+    frames = row.get("curve_frames")
+    if frames is None:
+        return [s * per_step for s in steps], "frames"
+    if len(frames) != len(steps) or any(f != s * per_step for f, s in zip(frames, steps)):
+        raise ConvertError(f"seed {row['seed']}: curve_frames do not equal the curve's steps x frames_per_step "
+                           f"({per_step})")
+    return [int(f) for f in frames], "frames"
 
 
 def default_name(report: dict[str, Any]) -> str:
@@ -58,15 +85,20 @@ def default_name(report: dict[str, Any]) -> str:
     return f"sb3_{report['algo']}_{env}".lower()
 
 
-def write_seed(report: dict[str, Any], row: dict[str, Any], folder: Path, source: Path, start_time: float) -> int:
+def write_seed(report: dict[str, Any], row: dict[str, Any], folder: Path, source: Path, start_time: float,
+               x: str = "auto") -> int:
     """One seed's experiment folder; returns the number of points written."""
     from torch.utils.tensorboard import SummaryWriter
 
+    xs, unit = x_values(report, row, x)
     cfg = {"seed": row["seed"], "framework": "stable-baselines3", "algo": report["algo"], "env": report["env"],
            "hyperparams_entry": report.get("hyperparams_entry"),
            "hyperparams_effective": report.get("hyperparams_effective"), "n_envs": report.get("n_envs"),
            "normalize": report.get("normalize"), "window": report.get("window"),
-           "reward_definition": report.get("reward_definition"), "versions": report.get("versions")}
+           "reward_definition": report.get("reward_definition"), "versions": report.get("versions"),
+           "x_unit": unit}
+    if report.get("frames_per_step") is not None:
+        cfg["frames_per_step"] = report["frames_per_step"]
     folder.mkdir(parents=True)
     (folder / "cfg.json").write_text(json.dumps(cfg, indent=1, default=str))
     # the report it came from, beside cfg.json and not in it: seeds run as separate reports still group as one
@@ -74,18 +106,23 @@ def write_seed(report: dict[str, Any], row: dict[str, Any], folder: Path, source
     seconds = row.get("curve_seconds") or []
     writer = SummaryWriter(str(folder / ".summary" / "0"))
     try:
-        for i, (step, value) in enumerate(row["curve"]):
+        for i, ((_, value), step) in enumerate(zip(row["curve"], xs)):
             wall = start_time + float(seconds[i]) if i < len(seconds) else None
-            writer.add_scalar(TAG, float(value), int(step), walltime=wall)
+            writer.add_scalar(TAG, float(value), step, walltime=wall)
     finally:
         writer.close()
     return len(row["curve"])
 
 
 def convert(path: Path, out_dir: Path, name: str | None = None, overwrite: bool = False,
-            start_time: float | None = None) -> list[Path]:
-    """Every seed of the report at ``path`` as ``<out_dir>/<name>_see=<seed>``; returns the folders."""
+            start_time: float | None = None, x: str = "auto") -> list[Path]:
+    """Every seed of the report at ``path`` as ``<out_dir>/<name>_see=<seed>``; returns the folders. ``x``:
+    ``auto`` (frames for an Atari report, else env steps), ``frames`` or ``steps``."""
+    if x not in ("auto", "frames", "steps"):
+        raise ConvertError(f"--x_unit={x!r}: auto, frames or steps")
     report = load_report(path)
+    for row in report["seeds"]:
+        x_values(report, row, x)  # every seed's x checked before any folder is written
     name = name or default_name(report)
     if "/" in name or not name:
         raise ConvertError(f"--name={name!r}: one folder name, without '/'")
@@ -98,8 +135,9 @@ def convert(path: Path, out_dir: Path, name: str | None = None, overwrite: bool 
     for row, folder in zip(report["seeds"], folders):
         if folder.exists():
             shutil.rmtree(folder)
-        n = write_seed(report, row, folder, path.resolve(), start)
-        print(f"{folder}: {n} points of {TAG!r}, seed {row['seed']}, final {row.get('final')}")
+        n = write_seed(report, row, folder, path.resolve(), start, x)
+        unit = x_values(report, row, x)[1]
+        print(f"{folder}: {n} points of {TAG!r} at {unit}, seed {row['seed']}, final {row.get('final')}")
     return folders
 
 
@@ -109,9 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=Path("train_dir"), help="where the experiment folders go")
     p.add_argument("--name", help="folder name before '_see=<seed>' (default: sb3_<algo>_<env>)")
     p.add_argument("--overwrite", action="store_true", help="replace folders that exist")
+    p.add_argument("--x_unit", default="auto", choices=("auto", "frames", "steps"),
+                   help="the curve's step: auto = emulator frames for an Atari report (sfx's Atari x axis), "
+                        "else SB3's env steps")
     args = p.parse_args(argv)
     try:
-        convert(args.report, args.dir, args.name, args.overwrite)
+        convert(args.report, args.dir, args.name, args.overwrite, x=args.x_unit)
     except ConvertError as e:
         print(f"sb3_tb: error: {e}", file=sys.stderr)
         return 2
