@@ -180,7 +180,8 @@ def parse_bench_args(argv: list[str] | None) -> argparse.Namespace:
                         f"rows; ipc rows only when asked for), "
                         f"rows (every --sfx_row) or a --sfx_row NAME")
     p.add_argument("--skip_sf", action="store_true", help="leave Sample Factory out")
-    p.add_argument("--sf_python", default=str(SF_VENV / "bin" / "python"),
+    # made absolute here: the trainings run in folders of their own, where a relative path finds nothing
+    p.add_argument("--sf_python", default=str(SF_VENV / "bin" / "python"), type=os.path.abspath,
                    help="python of the Sample Factory 2.1.1 venv")
     p.add_argument("--scaling", action="store_true", help="also the dummy sampler's FPS against workers x envs")
     p.add_argument("--scaling_workers", default="1,2", help="comma-separated --num_workers values")
